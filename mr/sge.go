@@ -1,0 +1,87 @@
+package mr
+
+import "github.com/goroce/goroce/wire"
+
+// SGE is a scatter/gather element of a work request: Length bytes at address Addr (in the IOVA space
+// of the region LKey names). It mirrors struct ibv_sge.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   wire.LKey
+}
+
+// SGLength returns the total length of sgl: the length of the message a send work request carries. It
+// fails with ErrLength above MaxMessage. Scatter and Gather accept longer lists.
+func SGLength(sgl []SGE) (uint32, error) {
+	n := sgTotal(sgl)
+	if n > MaxMessage {
+		return 0, ErrLength
+	}
+	return uint32(n), nil
+}
+
+// sgTotal sums the lengths of sgl; len(sgl) < 2^32 keeps it from overflowing.
+func sgTotal(sgl []SGE) uint64 {
+	var n uint64
+	for i := range sgl {
+		n += uint64(sgl[i].Length)
+	}
+	return n
+}
+
+// Gather copies len(dst) bytes of the message sgl describes, starting offset bytes into it, to dst: the
+// send path's copy of one packet's payload. Each element touched is checked with its lkey against pd;
+// gather needs no access right (local read is always allowed). Elements of length 0 are skipped
+// without a key check. It fails with ErrLength if the list holds fewer than offset+len(dst) bytes,
+// before copying anything; on a protection error dst is partly written.
+func (t *Table) Gather(pd *PD, sgl []SGE, offset uint64, dst []byte) error {
+	return t.sg(pd, sgl, offset, dst, 0)
+}
+
+// Scatter copies src into the buffer sgl describes, starting offset bytes into it: the receive path's
+// placement of one SEND packet's payload. Every element touched needs LocalWrite. It fails with
+// ErrLength if src does not fit, before writing anything; on a protection error the buffer is partly
+// written, as IBTA leaves a receive buffer undefined when its work request completes in error.
+func (t *Table) Scatter(pd *PD, sgl []SGE, offset uint64, src []byte) error {
+	return t.sg(pd, sgl, offset, src, LocalWrite)
+}
+
+// sg walks sgl from offset for len(b) bytes, copying out of the regions (want 0) or into them (want
+// LocalWrite).
+func (t *Table) sg(pd *PD, sgl []SGE, offset uint64, b []byte, want Access) error {
+	if len(b) == 0 {
+		return nil
+	}
+	total := sgTotal(sgl)
+	if offset > total || uint64(len(b)) > total-offset {
+		return ErrLength
+	}
+	for i := range sgl {
+		if len(b) == 0 {
+			break
+		}
+		s := &sgl[i]
+		if offset >= uint64(s.Length) {
+			offset -= uint64(s.Length)
+			continue
+		}
+		// An element that wraps past 2^64 is refused as a whole, even the part below the wrap.
+		if _, ok := checkedEnd(s.Addr, uint64(s.Length)); !ok {
+			return ErrBounds
+		}
+		n := min(uint64(s.Length)-offset, uint64(len(b)))
+		r, off, err := t.check(pd, uint32(s.LKey), false, s.Addr+offset, n, want)
+		if err != nil {
+			return err
+		}
+		if want == 0 {
+			copy(b, r.buf[off:off+int(n)])
+		} else {
+			copy(r.buf[off:off+int(n)], b)
+		}
+		r.mu.RUnlock()
+		b = b[n:]
+		offset = 0
+	}
+	return nil
+}
