@@ -1,7 +1,9 @@
 package mr
 
 import (
+	"encoding/binary"
 	"testing"
+	"unsafe"
 )
 
 // guardLen is the number of guard bytes on each side of a region registered by guardedBuf.
@@ -47,3 +49,7 @@ func mustRegister(t testing.TB, tb *Table, pd *PD, buf []byte, access Access, op
 
 // allRemote is every right a region can grant a peer, with the LocalWrite they require.
 const allRemote = LocalWrite | RemoteWrite | RemoteRead | RemoteAtomic
+
+func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(&b[0]))) }
+
+func putNative(b []byte, v uint64) { binary.NativeEndian.PutUint64(b, v) }
