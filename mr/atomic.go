@@ -28,7 +28,7 @@ func stripe(p *byte) *sync.Mutex {
 	return &stripes[(a^a>>12)&(stripeCount-1)].Mutex
 }
 
-// word returns b's first 8 bytes as a *uint64 if they are 8-byte aligned.
+// word returns b's first 8 bytes as a *uint64 if they are 8-byte aligned. Callers pass len(b) == 8.
 func word(b []byte) (*uint64, bool) {
 	p := unsafe.Pointer(&b[0])
 	if uintptr(p)%atomicSize != 0 {
@@ -39,7 +39,6 @@ func word(b []byte) (*uint64, bool) {
 
 // compareSwap runs compare-and-swap on b[:8] in host byte order and returns the old value.
 func compareSwap(b []byte, compare, swap uint64) uint64 {
-	_ = b[atomicSize-1]
 	if w, ok := word(b); ok {
 		for {
 			old := atomic.LoadUint64(w)
@@ -60,7 +59,6 @@ func compareSwap(b []byte, compare, swap uint64) uint64 {
 
 // fetchAdd adds add to b[:8] in host byte order and returns the old value.
 func fetchAdd(b []byte, add uint64) uint64 {
-	_ = b[atomicSize-1]
 	if w, ok := word(b); ok {
 		return atomic.AddUint64(w, add) - add
 	}
