@@ -38,10 +38,10 @@ func (p PSN) Valid() bool { return uint32(p) <= PSNMask }
 func (p PSN) String() string { return fmt.Sprintf("%#06x", uint32(p)) }
 
 // QPN is a 24-bit queue pair number. QPN 0 is the SMI (unused on RoCE), QPN 1 the GSI that carries
-// management datagrams such as the CM's. IBTA Vol 1 3.5.3 (Queue Pairs).
+// management datagrams such as the CM's. IBTA Vol 1 chapter 3 (queue pairs).
 type QPN uint32
 
-// Well-known queue pair numbers. IBTA Vol 1 3.5.3 and 13.5.1 (QP0, QP1).
+// Well-known queue pair numbers. IBTA Vol 1 chapter 13 (QP0, QP1).
 const (
 	QPNSMI QPN = 0 // subnet management; not used on RoCE
 	QPNGSI QPN = 1 // general services: CM and other MADs
@@ -53,7 +53,7 @@ func (q QPN) Valid() bool { return uint32(q) <= PSNMask }
 func (q QPN) String() string { return fmt.Sprintf("%#06x", uint32(q)) }
 
 // MSN is the 24-bit message sequence number a responder returns in AETH: the count of messages it has
-// completed. IBTA Vol 1 9.7.5.1.2 (MSN).
+// completed. IBTA Vol 1 9.7.5 (MSN).
 type MSN uint32
 
 // Add returns the MSN n messages after m, wrapping modulo 2^24.
@@ -66,26 +66,26 @@ type PKey uint16
 // DefaultPKey is the default partition key: full membership of the default partition.
 const DefaultPKey PKey = 0xFFFF
 
-// QKey is the 32-bit queue key a UD datagram carries in its DETH. IBTA Vol 1 10.2.4 (Q_Keys).
+// QKey is the 32-bit queue key a UD datagram carries in its DETH. IBTA Vol 1 10.2 (Q_Keys).
 type QKey uint32
 
-// GSIQKey is the Q_Key of QP1; rxe forces it on send and checks it on receive. IBTA Vol 1 13.5.1.
+// GSIQKey is the Q_Key of QP1; rxe forces it on send and checks it on receive. IBTA Vol 1 chapter 13 (GSI).
 const GSIQKey QKey = 0x80010000
 
 // RKey is the 32-bit remote key that names a memory region to a remote peer in RETH, AtomicETH and
-// IETH. IBTA Vol 1 10.6.3 (Memory Keys).
+// IETH. IBTA Vol 1 10.6 (memory keys).
 type RKey uint32
 
 func (k RKey) String() string { return fmt.Sprintf("%#08x", uint32(k)) }
 
 // LKey is the 32-bit local key a work request's scatter/gather elements name a memory region with.
-// It never appears on the wire. IBTA Vol 1 10.6.3 (Memory Keys).
+// It never appears on the wire. IBTA Vol 1 10.6 (memory keys).
 type LKey uint32
 
 func (k LKey) String() string { return fmt.Sprintf("%#08x", uint32(k)) }
 
 // MTU is a path MTU in the enumeration libibverbs uses (IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5): the largest
-// payload one packet carries. IBTA Vol 1 7.7.2 (MTU).
+// payload one packet carries. IBTA Vol 1 chapter 7 (MTU).
 type MTU uint8
 
 // The path MTUs InfiniBand defines.
