@@ -3,11 +3,11 @@ package mr
 import "math"
 
 // MaxMessage is the largest message, and so the largest single access, InfiniBand allows: 2^31 bytes.
-// IBTA Vol 1 9.4 (message length).
+// IBTA Vol 1 chapter 9 (transport layer).
 const MaxMessage = 1 << 31
 
-// atomicSize is the operand size of compare-and-swap and fetch-and-add. IBTA Vol 1 9.4.5 (Atomic
-// Operations).
+// atomicSize is the operand size of compare-and-swap and fetch-and-add. IBTA Vol 1 chapter 9
+// (transport layer, atomic operations).
 const atomicSize = 8
 
 // check is the one access check every path uses. It finds the region that key (an rkey when remote,

@@ -271,4 +271,3 @@ func TestCheckMatchesModel(t *testing.T) {
 	}
 	t.Logf("%d checks, %d hits, outcomes %v", checks, hits, outcomes)
 }
-

@@ -40,8 +40,7 @@ func (t *Table) ReadRemote(pd *PD, key wire.RKey, va uint64, dst []byte) error {
 
 // CompareSwap executes an atomic compare-and-swap on the 8 bytes at va in the region key names, for a
 // QP in pd: if the value equals compare it becomes swap. It returns the value before the operation. It
-// needs RemoteAtomic and an 8-byte aligned va; the value is in host byte order, as in rxe. IBTA Vol 1
-// 9.4.5 (Atomic Operations).
+// needs RemoteAtomic and an 8-byte aligned va; the value is in host byte order, as in rxe.
 func (t *Table) CompareSwap(pd *PD, key wire.RKey, va, compare, swap uint64) (uint64, error) {
 	r, off, err := t.check(pd, uint32(key), true, va, atomicSize, RemoteAtomic)
 	if r == nil {
