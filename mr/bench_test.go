@@ -71,6 +71,7 @@ func BenchmarkCheckRemoteParallel(b *testing.B) {
 	f := newBenchFixture(b)
 	key, va := f.r.RKey(), f.r.IOVA()
 	b.ReportAllocs()
+	b.ResetTimer() // RunParallel, unlike b.Loop, counts the fixture's setup otherwise
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if err := f.tb.CheckRemote(f.pd, key, va, 4096, RemoteWrite); err != nil {
