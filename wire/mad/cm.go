@@ -20,7 +20,9 @@ const (
 )
 
 func be32(b []byte, off int) uint32 { return binary.BigEndian.Uint32(b[off:]) }
-func be24(b []byte, off int) uint32 { return uint32(b[off])<<16 | uint32(b[off+1])<<8 | uint32(b[off+2]) }
+func be24(b []byte, off int) uint32 {
+	return uint32(b[off])<<16 | uint32(b[off+1])<<8 | uint32(b[off+2])
+}
 
 // REQ is a view of a ConnectRequest: the active side asks to connect a QP to a service.
 // IBTA Vol 1 12.6.5 (Table 106).
