@@ -198,25 +198,34 @@ func PadLen(n int) int { return -n & 3 }
 // for, then payload, zero pad and a zero ICRC for SetICRC to fill in. The BTH's PadCnt is derived from
 // the payload length; f.BTH.PadCnt is ignored. Append allocates only when dst lacks capacity.
 func Append(dst []byte, f *Fields, payload []byte) ([]byte, error) {
+	dst, err := AppendHeaders(dst, f, len(payload))
+	if err != nil {
+		return dst, err
+	}
+	dst = append(dst, payload...)
+	return AppendTrailer(dst, len(payload)), nil
+}
+
+// AppendHeaders appends the BTH and extension headers of a packet that will carry an n-byte payload,
+// with PadCnt set for n. The caller then appends the payload itself (for example by gathering it straight
+// from memory) and calls AppendTrailer. On error dst is returned unchanged.
+func AppendHeaders(dst []byte, f *Fields, n int) ([]byte, error) {
 	i := f.BTH.Opcode.Info()
 	if !i.valid {
 		return dst, ErrBadOpcode
 	}
-	if len(payload) > 0 && !i.Payload {
+	if n > 0 && !i.Payload {
 		return dst, errBuildPayload
 	}
-	if len(payload) > MaxPayload {
+	if n > MaxPayload {
 		return dst, errPayloadTooLarge
 	}
-	if i.Op == OpAtomicWrite && len(payload) != 8 {
+	if i.Op == OpAtomicWrite && n != 8 {
 		return dst, errAtomicWriteLen
 	}
-	pad := PadLen(len(payload))
-	total := int(i.HeaderLen) + len(payload) + pad + ICRCLen
-	dst, b := grow(dst, total)
-
+	dst, b := grow(dst, int(i.HeaderLen))
 	BTH(b).Encode(&f.BTH)
-	BTH(b).SetPadCnt(pad)
+	BTH(b).SetPadCnt(PadLen(n))
 	hs := i.Headers
 	if hs.Has(HdrDETH) {
 		DETH(b[i.off[HdrDETH]:]).Encode(&f.DETH)
@@ -245,8 +254,12 @@ func Append(dst []byte, f *Fields, payload []byte) ([]byte, error) {
 	if hs.Has(HdrCNP) {
 		copy(b[i.off[HdrCNP]:], f.CNPReserved[:])
 	}
-	n := int(i.HeaderLen)
-	n += copy(b[n:], payload)
-	clear(b[n:])
 	return dst, nil
+}
+
+// AppendTrailer appends the zero pad that follows an n-byte payload and a zero ICRC.
+func AppendTrailer(dst []byte, n int) []byte {
+	dst, b := grow(dst, PadLen(n)+ICRCLen)
+	clear(b)
+	return dst
 }

@@ -1,0 +1,328 @@
+package qp
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/goroce/goroce/wire"
+)
+
+// completer turns responses into completions: ACKs complete SEND and WRITE requests (an ACK's PSN
+// acknowledges everything before it too), READ responses and atomic acknowledgements carry data back,
+// NAKs and timeouts send the requester back to the oldest unacknowledged PSN (go-back-N), and RNR NAKs
+// make it wait. IBTA Vol 1 9.7 (reliable service); rxe_comp.c.
+type completer struct {
+	psn       wire.PSN  // oldest unacknowledged PSN
+	retryLeft uint8     // transport retries left for the current PSN
+	rnrLeft   uint8     // RNR retries left
+	timer     time.Time // local ACK timeout; zero when nothing is outstanding or the timer is disabled
+	rnrUntil  time.Time // end of an RNR wait; zero when not waiting
+}
+
+func (c *completer) stopTimers() {
+	c.timer, c.rnrUntil = time.Time{}, time.Time{}
+}
+
+func (c *completer) waitingRNR() bool { return !c.rnrUntil.IsZero() }
+
+func (c *completer) deadline() time.Time { return earliest(c.timer, c.rnrUntil) }
+
+// ackTimeout returns the local ACK timeout for the QP's timeout attribute: 4.096 us * 2^timeout.
+// IBTA Vol 1 9.7.6.1.3 (transport timer).
+func ackTimeout(code uint8) time.Duration {
+	return time.Duration(4096<<code) * time.Nanosecond
+}
+
+// armTimer (re)starts the local ACK timeout, unless it is disabled (timeout 0).
+func (c *completer) armTimer(q *QP, now time.Time) {
+	if q.attr.Timeout == 0 || c.waitingRNR() {
+		return
+	}
+	c.timer = now.Add(ackTimeout(q.attr.Timeout))
+}
+
+// progress records a valid response: the retry counters start over (IBA C9-139; rxe
+// reset_retry_counters) and the timer restarts while requests remain outstanding.
+func (c *completer) progress(q *QP, now time.Time) {
+	c.retryLeft = q.attr.RetryCnt
+	c.rnrLeft = q.attr.RNRRetry
+	if c.psn == q.req.psn {
+		c.timer = time.Time{}
+		return
+	}
+	c.armTimer(q, now)
+}
+
+// handle processes a response packet: ACK, NAK, READ response or atomic acknowledgement.
+func (c *completer) handle(q *QP, now time.Time, p wire.Packet) {
+	if q.typ != RC || (q.state != StateRTS && q.state != StateSQD) {
+		q.counters.drop(&q.counters.DropState)
+		return
+	}
+	psn := p.BTH().PSN()
+	// A response can only be for a PSN already sent: one at or past the next PSN answers nothing.
+	if !psn.Before(q.req.psn) {
+		q.counters.drop(&q.counters.DropGhostResponse)
+		return
+	}
+	switch p.Info().Op {
+	case wire.OpAcknowledge:
+		c.onAcknowledge(q, now, psn, p.AETH().Syndrome())
+	case wire.OpReadResponse:
+		c.onReadResponse(q, now, p, psn)
+	case wire.OpAtomicAcknowledge:
+		c.onAtomicAck(q, now, p, psn)
+	}
+}
+
+// ackThrough completes the SEND and WRITE requests whose last PSN is at or before psn, and moves the
+// oldest unacknowledged PSN past psn. It stops at a READ or atomic whose responses have not arrived and
+// reports false if psn reaches into one: the responder skipped its responses, an implied NAK.
+// IBTA Vol 1 9.7.5.1.4 (implied acknowledgement).
+func (c *completer) ackThrough(q *QP, psn wire.PSN) bool {
+	if psn.Before(c.psn) {
+		return true // acknowledges nothing new
+	}
+	for q.sq.n > 0 && q.req.next > 0 {
+		w := q.sq.front()
+		if w.wr.Opcode.isReadAtomic() {
+			if !w.firstPSN.After(psn) && !c.psn.After(psn) {
+				return false
+			}
+			break
+		}
+		if w.lastPSN.After(psn) {
+			break
+		}
+		c.psn = w.lastPSN.Add(1)
+		q.complete(w, StatusSuccess)
+		if q.state == StateErr {
+			return true
+		}
+	}
+	if !c.psn.After(psn) {
+		c.psn = psn.Add(1)
+	}
+	return true
+}
+
+func (c *completer) onAcknowledge(q *QP, now time.Time, psn wire.PSN, s wire.Syndrome) {
+	switch s.Kind() {
+	case wire.KindACK:
+		if psn.Before(c.psn) {
+			q.counters.drop(&q.counters.DropStaleResponse)
+			return
+		}
+		if !c.ackThrough(q, psn) {
+			c.retry(q, now) // implied NAK for a READ or atomic
+			return
+		}
+		c.progress(q, now)
+	case wire.KindRNRNAK:
+		q.counters.RcvdRNRErr++
+		if psn.Before(c.psn) {
+			q.counters.drop(&q.counters.DropStaleResponse)
+			return
+		}
+		if !c.ackThrough(q, psn.Sub(1)) || c.psn != psn {
+			c.retry(q, now)
+			return
+		}
+		if q.attr.RNRRetry != MaxRNRRetry { // 7 retries forever. IBTA Vol 1 9.7.5.2.8
+			if c.rnrLeft == 0 {
+				q.counters.RetryRNRExceededErr++
+				q.fail(StatusRNRRetryExcErr)
+				return
+			}
+			c.rnrLeft--
+		}
+		c.timer = time.Time{}
+		c.rnrUntil = now.Add(s.RNRTimer())
+		q.rewind()
+	case wire.KindNAK:
+		if s.NAKCode() == wire.NAKPSNSequenceError {
+			q.counters.RcvdSeqErr++
+			if psn.Before(c.psn) {
+				q.counters.drop(&q.counters.DropStaleResponse)
+				return
+			}
+			c.ackThrough(q, psn.Sub(1))
+			if q.state == StateErr {
+				return
+			}
+			c.retry(q, now)
+			return
+		}
+		c.ackThrough(q, psn.Sub(1))
+		if q.state == StateErr {
+			return
+		}
+		q.fail(nakStatus(s.NAKCode()))
+	default:
+		q.counters.drop(&q.counters.DropBadResponse)
+	}
+}
+
+// nakStatus maps a NAK code to the completion status libibverbs users know (rxe_comp.c check_ack).
+func nakStatus(c wire.NAKCode) Status {
+	switch c {
+	case wire.NAKInvalidRequest:
+		return StatusRemInvReqErr
+	case wire.NAKRemoteAccessError:
+		return StatusRemAccessErr
+	}
+	return StatusRemOpErr
+}
+
+// headReadAtomic prepares for a READ response or atomic ACK at psn: it completes the SEND and WRITE
+// requests the response implicitly acknowledges and returns the READ or atomic the response must be
+// for. It returns nil when the response is stale (dropped) or answers a later PSN than expected (a
+// retry has been started).
+func (c *completer) headReadAtomic(q *QP, now time.Time, psn wire.PSN, want WROpcode) *sendWQE {
+	if psn.Before(c.psn) {
+		q.counters.drop(&q.counters.DropStaleResponse)
+		return nil
+	}
+	if psn.After(c.psn) && !c.ackThrough(q, psn.Sub(1)) {
+		c.retry(q, now) // responses were lost: an implied NAK
+		return nil
+	}
+	if q.state == StateErr {
+		return nil
+	}
+	w := q.sq.front()
+	if psn != c.psn || w == nil || !w.sent {
+		c.retry(q, now)
+		return nil
+	}
+	if w.wr.Opcode != want && !(want == WRCompareSwap && w.wr.Opcode.isAtomic()) {
+		q.counters.drop(&q.counters.DropBadResponse)
+		q.fail(StatusBadRespErr)
+		return nil
+	}
+	return w
+}
+
+func (c *completer) onReadResponse(q *QP, now time.Time, p wire.Packet, psn wire.PSN) {
+	w := c.headReadAtomic(q, now, psn, WRRead)
+	if w == nil {
+		return
+	}
+	// The position must match: a response that opens at the latest request's PSN and closes at the
+	// READ's last PSN. IBTA Vol 1 9.7.5.1.5.
+	var want wire.Position
+	switch {
+	case psn == w.reqPSN && psn == w.lastPSN:
+		want = wire.PosOnly
+	case psn == w.reqPSN:
+		want = wire.PosFirst
+	case psn == w.lastPSN:
+		want = wire.PosLast
+	default:
+		want = wire.PosMiddle
+	}
+	if p.Info().Pos != want {
+		q.fail(StatusBadRespErr)
+		return
+	}
+	if a := p.AETH(); a != nil && !a.Syndrome().IsACK() {
+		q.fail(StatusBadRespErr)
+		return
+	}
+	off := uint32(psn.Diff(w.firstPSN)) * uint32(q.mtu)
+	n := min(w.length-off, uint32(q.mtu))
+	if w.length == 0 {
+		n = 0
+	}
+	if uint32(p.PayloadLen()) != n {
+		q.fail(StatusLocLenErr)
+		return
+	}
+	if n > 0 {
+		if err := q.cfg.Memory.Scatter(q.cfg.PD, w.wr.SGL, uint64(off), p.Payload()); err != nil {
+			q.fail(localStatus(err))
+			return
+		}
+	}
+	c.psn = psn.Add(1)
+	if psn == w.lastPSN {
+		q.complete(w, StatusSuccess)
+	}
+	c.progress(q, now)
+}
+
+func (c *completer) onAtomicAck(q *QP, now time.Time, p wire.Packet, psn wire.PSN) {
+	w := c.headReadAtomic(q, now, psn, WRCompareSwap)
+	if w == nil {
+		return
+	}
+	if !p.AETH().Syndrome().IsACK() {
+		q.fail(StatusBadRespErr)
+		return
+	}
+	// The original value lands in the local buffer in host byte order, as rxe stores it.
+	var orig [8]byte
+	binary.NativeEndian.PutUint64(orig[:], p.AtomicAckETH().OrigData())
+	if err := q.cfg.Memory.Scatter(q.cfg.PD, w.wr.SGL, 0, orig[:]); err != nil {
+		q.fail(localStatus(err))
+		return
+	}
+	c.psn = psn.Add(1)
+	q.complete(w, StatusSuccess)
+	c.progress(q, now)
+}
+
+// retry starts a go-back-N retransmission from the oldest unacknowledged PSN, or fails the oldest
+// request when the retry counter has run out. Unlike rxe, which never exhausts a retry count of 7,
+// goroce follows IBTA Vol 1 9.7.6.1.3: retry_cnt 7 allows seven retries. Only rnr_retry 7 is infinite.
+func (c *completer) retry(q *QP, now time.Time) {
+	q.counters.CompleterRetryErr++
+	if c.retryLeft == 0 {
+		q.counters.RetryExceededErr++
+		q.fail(StatusRetryExcErr)
+		return
+	}
+	c.retryLeft--
+	q.rewind()
+	c.armTimer(q, now)
+}
+
+// advance fires the timers that are due.
+func (c *completer) advance(q *QP, now time.Time) {
+	if !c.rnrUntil.IsZero() && !now.Before(c.rnrUntil) {
+		c.rnrUntil = time.Time{}
+		c.armTimer(q, now)
+	}
+	if !c.timer.IsZero() && !now.Before(c.timer) {
+		c.timer = time.Time{}
+		if c.psn != q.req.psn && (q.state == StateRTS || q.state == StateSQD) {
+			q.counters.Timeouts++
+			c.retry(q, now)
+		}
+	}
+}
+
+// rewind sends the requester back to the oldest unacknowledged PSN: the head request resumes in the
+// middle if its first packets were acknowledged (a WRITE resumes with MIDDLE packets and no RETH, a READ
+// with a new request for the rest), and every later request is sent again from its start with the same
+// PSNs. rxe_req.c req_retry.
+func (q *QP) rewind() {
+	r, c := &q.req, &q.cmp
+	r.psn = c.psn
+	r.next = 0
+	r.noAck = 0
+	r.rdAtomic = 0
+	for i := 0; i < q.sq.n; i++ {
+		w := q.sq.at(i)
+		if !w.started {
+			break
+		}
+		w.sent = false
+		if i == 0 && c.psn.After(w.firstPSN) && !c.psn.After(w.lastPSN) {
+			w.offset = uint32(c.psn.Diff(w.firstPSN)) * uint32(q.mtu)
+			continue
+		}
+		w.started = false
+		w.offset = 0
+	}
+}

@@ -1,0 +1,414 @@
+package qp
+
+import (
+	"errors"
+	"time"
+
+	"github.com/goroce/goroce/mr"
+	"github.com/goroce/goroce/wire"
+)
+
+// Errors of posting work requests and of creating queue pairs. They match with errors.Is.
+var (
+	ErrInvalidState   = errors.New("qp: operation not allowed in the QP's state")
+	ErrBadOpcode      = errors.New("qp: work request opcode not supported on this QP type")
+	ErrMessageTooLong = errors.New("qp: message too long")
+	ErrInlineTooLong  = errors.New("qp: inline data longer than max_inline_data")
+	ErrNoAH           = errors.New("qp: UD send without an address handle")
+	ErrBadAtomic      = errors.New("qp: atomic work request needs one 8-byte SGE")
+	ErrSRQ            = errors.New("qp: QP uses a shared receive queue")
+	ErrConfig         = errors.New("qp: invalid QP configuration")
+)
+
+// Protocol constants goroce shares with rxe (rxe_param.h), so that a goroce requester never pushes an
+// rxe responder harder than an rxe requester would.
+const (
+	// maxUnackedPSNs bounds the PSNs in flight: the requester stops when this many are unacknowledged.
+	maxUnackedPSNs = 128
+	// maxPktsPerAck is how many packets go without AckReq before one asks for an ACK.
+	maxPktsPerAck = 64
+	// maxMessagePkts bounds one message's packets so that every PSN in flight stays within the 2^23
+	// half-space serial comparison works in (IBTA Vol 1 9.7.1); with MTU 256 it allows 1 GiB messages.
+	maxMessagePkts = 1 << 22
+)
+
+// Config is what a queue pair is created with. It mirrors struct ibv_qp_init_attr.
+type Config struct {
+	Type          Type
+	QPN           wire.QPN  // chosen by the device
+	PD            *mr.PD    // the protection domain every memory access is checked against
+	Memory        *mr.Table // the device's memory regions
+	SendCQ        *CQ
+	RecvCQ        *CQ
+	SRQ           *SRQ // if set, receives come from it instead of the QP's own queue
+	MaxSendWR     int  // send queue depth
+	MaxRecvWR     int  // receive queue depth (ignored with an SRQ)
+	MaxSendSGE    int
+	MaxRecvSGE    int
+	MaxInlineData int
+	SigAll        bool  // every send work request completes, signaled or not (sq_sig_all)
+	Pacer         Pacer // optional rate control of the requester; nil sends as fast as the window allows
+}
+
+// QP is a queue pair engine: the requester, completer and responder of one queue pair, sans I/O. It never
+// reads a clock, starts a goroutine or touches a socket: the owner hands it packets (HandlePacket), work
+// requests (PostSend, PostRecv) and the time (Advance), pulls the packets it wants sent (AppendPacket),
+// and asks when it next needs to run (NextDeadline). Completions go to its CQs.
+//
+// A QP is owned by one goroutine: none of its methods may be called concurrently. Its CQs and SRQ are
+// the shared, locked hand-off points.
+type QP struct {
+	cfg   Config
+	typ   Type
+	qpn   wire.QPN
+	state State
+	attr  Attr
+	mtu   int
+
+	sq  sendRing
+	rq  recvRing
+	req requester
+	cmp completer
+	rsp responder
+
+	counters Counters
+}
+
+// New creates a queue pair in the RESET state.
+func New(cfg Config) (*QP, error) {
+	switch {
+	case !cfg.Type.valid(), cfg.PD == nil, cfg.Memory == nil, cfg.SendCQ == nil, cfg.RecvCQ == nil,
+		!cfg.QPN.Valid(), cfg.QPN == wire.QPNSMI, cfg.MaxSendWR < 0, cfg.MaxRecvWR < 0,
+		cfg.MaxSendSGE < 0, cfg.MaxRecvSGE < 0, cfg.MaxInlineData < 0:
+		return nil, ErrConfig
+	}
+	q := &QP{
+		cfg:  cfg,
+		typ:  cfg.Type,
+		qpn:  cfg.QPN,
+		attr: Attr{PKey: wire.DefaultPKey, PathMTU: wire.MTU256},
+		mtu:  wire.MTU256.Bytes(), // rxe starts every QP at 256 until modify sets the path MTU
+		sq:   newSendRing(cfg.MaxSendWR, cfg.MaxSendSGE, cfg.MaxInlineData),
+	}
+	if cfg.SRQ == nil {
+		q.rq = newRecvRing(cfg.MaxRecvWR, cfg.MaxRecvSGE)
+	}
+	q.rsp.init(q)
+	return q, nil
+}
+
+// QPN returns the queue pair number.
+func (q *QP) QPN() wire.QPN { return q.qpn }
+
+// Type returns the queue pair type.
+func (q *QP) Type() Type { return q.typ }
+
+// State returns the current state.
+func (q *QP) State() State { return q.state }
+
+// Query returns the queue pair's attributes, as ibv_query_qp does.
+func (q *QP) Query() Attr {
+	a := q.attr
+	a.State = q.state
+	return a
+}
+
+// Counters returns a snapshot of the queue pair's counters.
+func (q *QP) Counters() Counters { return q.counters }
+
+// Modify changes attributes and state as ibv_modify_qp does: the mask names the fields of a to apply,
+// and must include every attribute the transition requires and nothing it does not allow. On error
+// nothing changes. Entering ERR flushes every outstanding work request; entering RESET empties the
+// queues without completions.
+func (q *QP) Modify(now time.Time, a *Attr, mask AttrMask) error {
+	to, err := checkTransition(q.typ, q.state, a, mask)
+	if err != nil {
+		return err
+	}
+	if mask&AttrAccessFlags != 0 {
+		q.attr.AccessFlags = a.AccessFlags
+	}
+	if mask&AttrPKey != 0 {
+		q.attr.PKey = a.PKey
+	}
+	if mask&AttrQKey != 0 {
+		q.attr.QKey = a.QKey
+	}
+	if mask&AttrAV != 0 {
+		q.attr.AV = a.AV
+	}
+	if mask&AttrPathMTU != 0 {
+		q.attr.PathMTU = a.PathMTU
+		q.mtu = a.PathMTU.Bytes()
+	}
+	if mask&AttrTimeout != 0 {
+		q.attr.Timeout = a.Timeout
+	}
+	if mask&AttrRetryCnt != 0 {
+		q.attr.RetryCnt = a.RetryCnt
+		q.cmp.retryLeft = a.RetryCnt
+	}
+	if mask&AttrRNRRetry != 0 {
+		q.attr.RNRRetry = a.RNRRetry
+		q.cmp.rnrLeft = a.RNRRetry
+	}
+	if mask&AttrRQPSN != 0 {
+		q.attr.RQPSN = a.RQPSN
+		q.rsp.psn = a.RQPSN
+	}
+	if mask&AttrSQPSN != 0 {
+		q.attr.SQPSN = a.SQPSN
+		q.req.psn = a.SQPSN
+		q.cmp.psn = a.SQPSN
+	}
+	if mask&AttrMaxQPRdAtomic != 0 {
+		q.attr.MaxRdAtomic = roundRdAtomic(a.MaxRdAtomic)
+	}
+	if mask&AttrMaxDestRdAtomic != 0 {
+		q.attr.MaxDestRdAtomic = roundRdAtomic(a.MaxDestRdAtomic)
+		q.rsp.resizeResources(int(q.attr.MaxDestRdAtomic))
+	}
+	if mask&AttrMinRNRTimer != 0 {
+		q.attr.MinRNRTimer = a.MinRNRTimer
+	}
+	if mask&AttrDestQPN != 0 {
+		q.attr.DestQPN = a.DestQPN
+	}
+	from := q.state
+	q.state = to
+	switch {
+	case to == StateReset && from != StateReset:
+		q.reset()
+	case to == StateErr && from != StateErr:
+		q.flush()
+	}
+	return nil
+}
+
+// reset empties every queue without completions and clears the transport state. IBTA Vol 1 10.3.1.
+func (q *QP) reset() {
+	q.sq.clear()
+	q.rq.clear()
+	q.req = requester{}
+	q.cmp = completer{}
+	q.rsp.reset()
+	q.attr = Attr{PKey: wire.DefaultPKey, PathMTU: wire.MTU256}
+	q.mtu = wire.MTU256.Bytes()
+}
+
+// enterError moves the QP to ERR and flushes it: the error path of every engine.
+func (q *QP) enterError() {
+	if q.state == StateErr {
+		return
+	}
+	q.state = StateErr
+	q.flush()
+}
+
+// flush completes every outstanding send and receive work request with WR_FLUSH_ERR, in posting order.
+// Flush completions are generated for unsignaled requests too: every error completes. IBTA Vol 1 10.3.1
+// (error state); rxe flush_send_queue and flush_recv_queue.
+func (q *QP) flush() {
+	for q.sq.n > 0 {
+		w := q.sq.front()
+		q.complete(w, StatusWRFlushErr)
+	}
+	q.req.reset()
+	q.cmp.stopTimers()
+	q.rsp.flush(q) // the receive bound to an open message was posted before those still queued
+	if q.cfg.SRQ == nil {
+		for q.rq.n > 0 {
+			w := q.rq.front()
+			wc := Completion{WRID: w.id, Status: StatusWRFlushErr, Opcode: CompRecv, QPN: q.qpn}
+			q.rq.pop()
+			q.pushRecv(&wc, false)
+		}
+	}
+}
+
+// PostSend queues a send work request, as ibv_post_send does. The request is validated now: an error
+// here means nothing was queued. A QP in ERR accepts the request and completes it with WR_FLUSH_ERR.
+// Posting needs RTS (or SQD, SQE, ERR); IBTA Vol 1 C10-96 calls for an immediate error before RTS and
+// goroce gives one.
+func (q *QP) PostSend(now time.Time, wr *SendWR) error {
+	switch q.state {
+	case StateRTS, StateSQD, StateSQE, StateErr:
+	default:
+		return ErrInvalidState
+	}
+	if !wr.Opcode.allowedOn(q.typ) {
+		return ErrBadOpcode
+	}
+	if wr.Opcode.isReadAtomic() && q.attr.MaxRdAtomic == 0 {
+		return ErrNoRdAtomic
+	}
+	w, err := q.sq.push(wr, q.typ)
+	if err != nil {
+		return err
+	}
+	if w.length > 0 && q.mtu > 0 && (int64(w.length)+int64(q.mtu)-1)/int64(q.mtu) > maxMessagePkts {
+		q.sq.unpush()
+		return ErrMessageTooLong
+	}
+	if q.typ == UD && int(w.length) > q.mtu {
+		// rxe completes such a send successfully without sending it (C10-93.1.1); an immediate error
+		// serves the application better.
+		q.sq.unpush()
+		return ErrMessageTooLong
+	}
+	if q.state == StateErr || q.state == StateSQE {
+		q.complete(w, StatusWRFlushErr)
+	}
+	return nil
+}
+
+// PostRecv queues a receive work request, as ibv_post_recv does. Receives may be posted from INIT on;
+// in ERR they complete at once with WR_FLUSH_ERR.
+func (q *QP) PostRecv(wr *RecvWR) error {
+	if q.cfg.SRQ != nil {
+		return ErrSRQ
+	}
+	if q.state == StateReset {
+		return ErrInvalidState
+	}
+	if err := q.rq.push(wr); err != nil {
+		return err
+	}
+	if q.state == StateErr {
+		w := q.rq.front()
+		wc := Completion{WRID: w.id, Status: StatusWRFlushErr, Opcode: CompRecv, QPN: q.qpn}
+		q.rq.pop()
+		q.pushRecv(&wc, false)
+	}
+	return nil
+}
+
+// HandlePacket processes one received packet addressed to this QP. The datapath has already parsed it,
+// checked its ICRC and matched its destination QPN; info may be nil when nothing more is known. Packets
+// the QP cannot take in its state, or that fail a check the spec answers with a silent drop, are counted
+// and dropped.
+func (q *QP) HandlePacket(now time.Time, p wire.Packet, info *RxInfo) {
+	q.counters.RcvdPkts++
+	if info != nil && info.CE {
+		q.counters.RcvdCE++
+	}
+	i := p.Info()
+	if i.Op == wire.OpCNP {
+		q.counters.RcvdCNP++
+		if cn, ok := q.cfg.Pacer.(CNPReceiver); ok && q.cfg.Pacer != nil {
+			cn.OnCNP(now)
+		}
+		return
+	}
+	if i.Transport != q.typ.transport() {
+		q.counters.drop(&q.counters.DropWrongTransport)
+		return
+	}
+	if p.BTH().PKey() != q.attr.PKey && q.typ != UD {
+		q.counters.drop(&q.counters.DropPKey)
+		return
+	}
+	if i.Response {
+		q.cmp.handle(q, now, p)
+		return
+	}
+	q.rsp.handle(q, now, p, info)
+}
+
+// Advance runs the QP's timers up to now: the retransmit timeout and the end of an RNR wait.
+func (q *QP) Advance(now time.Time) {
+	q.cmp.advance(q, now)
+}
+
+// NextDeadline returns when the QP next needs Advance or AppendPacket to run, or the zero time if only a
+// packet or a work request can make it do anything.
+func (q *QP) NextDeadline() time.Time {
+	return earliest(q.cmp.deadline(), q.req.blockedUntil)
+}
+
+// AppendPacket appends the next packet the QP wants to send to dst and reports where it goes. Responses
+// (ACKs, NAKs, READ responses, atomic acknowledgements) come before new requests. The packet ends with
+// a zero ICRC for the datapath to fill in, since the ICRC covers IP and UDP headers only the datapath
+// knows. It returns false when there is nothing to send now: check NextDeadline.
+func (q *QP) AppendPacket(now time.Time, dst []byte) ([]byte, Tx, bool) {
+	if out, tx, ok := q.rsp.appendPacket(q, now, dst); ok {
+		q.counters.SentPkts++
+		return out, tx, true
+	}
+	if out, tx, ok := q.req.appendPacket(q, now, dst); ok {
+		q.counters.SentPkts++
+		return out, tx, true
+	}
+	return dst, Tx{}, false
+}
+
+// Tx says where a packet AppendPacket produced goes.
+type Tx struct {
+	AH        AddressHandle
+	DestQPN   wire.QPN
+	SrcQPN    wire.QPN
+	PacketLen int // bytes appended
+}
+
+// RxInfo is what the datapath knows about a received packet beyond its transport headers.
+type RxInfo struct {
+	// GRH is what a UD receive buffer starts with (IBTA Annex A17.4.5.2): the IPv6 header, or 20 zero
+	// bytes followed by the IPv4 header.
+	GRH [40]byte
+	// CE reports an IP header marked Congestion Experienced.
+	CE bool
+}
+
+// pushSend delivers a send completion; overflow puts the QP in error.
+func (q *QP) pushSend(wc *Completion) {
+	if err := q.cfg.SendCQ.push(wc, false); err != nil {
+		q.counters.CQOverflow++
+		q.enterError()
+	}
+}
+
+// pushRecv delivers a receive completion; overflow puts the QP in error (class G).
+func (q *QP) pushRecv(wc *Completion, solicited bool) {
+	if err := q.cfg.RecvCQ.push(wc, solicited); err != nil {
+		q.counters.CQOverflow++
+		q.enterError()
+	}
+}
+
+// complete retires the oldest send WQE, which must be w, with status s: a completion goes to the send
+// CQ if the request was signaled or failed.
+func (q *QP) complete(w *sendWQE, s Status) {
+	wc := Completion{WRID: w.wr.ID, Status: s, Opcode: w.wr.Opcode.completionOpcode(), QPN: q.qpn}
+	if s == StatusSuccess {
+		wc.ByteLen = w.length
+	}
+	signaled := s != StatusSuccess || w.wr.Flags&Signaled != 0 || q.cfg.SigAll
+	if w.wr.Opcode.isReadAtomic() && w.sent {
+		q.req.rdAtomic--
+	}
+	q.sq.pop()
+	if q.req.next > 0 {
+		q.req.next--
+	}
+	if signaled {
+		q.pushSend(&wc)
+	}
+}
+
+// fail completes the oldest send WQE with an error and moves the QP to ERR, flushing the rest.
+func (q *QP) fail(s Status) {
+	if w := q.sq.front(); w != nil {
+		q.complete(w, s)
+	}
+	q.enterError()
+}
+
+func earliest(a, b time.Time) time.Time {
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero() || a.Before(b):
+		return a
+	}
+	return b
+}

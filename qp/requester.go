@@ -1,0 +1,261 @@
+package qp
+
+import (
+	"errors"
+	"time"
+
+	"github.com/goroce/goroce/mr"
+	"github.com/goroce/goroce/wire"
+)
+
+// requester turns send work requests into request packets: it picks opcodes, segments by path MTU,
+// assigns PSNs, sets AckReq, and respects the PSN window, the initiator depth, fences and the pacer.
+// IBTA Vol 1 9.4 (packet sequences); rxe_req.c.
+type requester struct {
+	psn          wire.PSN  // PSN of the next packet
+	next         int       // WQEs from the send queue's head that are wholly sent
+	noAck        int       // packets sent since the last one with AckReq
+	rdAtomic     int       // READs and atomics sent and not yet completed
+	blockedUntil time.Time // the pacer holds the next packet until then
+}
+
+func (r *requester) reset() {
+	r.next, r.noAck, r.rdAtomic = 0, 0, 0
+	r.blockedUntil = time.Time{}
+}
+
+// appendPacket builds the next request packet, if the QP may send one now.
+func (r *requester) appendPacket(q *QP, now time.Time, dst []byte) ([]byte, Tx, bool) {
+	if q.state != StateRTS && q.state != StateSQD {
+		return dst, Tx{}, false
+	}
+	if q.cmp.waitingRNR() {
+		return dst, Tx{}, false
+	}
+	if r.next >= q.sq.n {
+		return dst, Tx{}, false
+	}
+	w := q.sq.at(r.next)
+	if !w.started {
+		if q.state == StateSQD {
+			return dst, Tx{}, false // draining: no new request starts
+		}
+		if w.wr.Flags&Fence != 0 && r.rdAtomic > 0 {
+			return dst, Tx{}, false // IBTA Vol 1 10.8.3.3: a fenced request waits for earlier READs and atomics
+		}
+		if w.wr.Opcode.isReadAtomic() && r.rdAtomic >= int(q.attr.MaxRdAtomic) {
+			return dst, Tx{}, false // initiator depth: IBTA Vol 1 9.5 (max_rd_atomic)
+		}
+	}
+	if q.typ == RC && r.psn.Diff(q.cmp.psn) >= maxUnackedPSNs {
+		return dst, Tx{}, false
+	}
+	payload := 0
+	if !w.wr.Opcode.isReadAtomic() {
+		payload = min(int(w.length-w.offset), q.mtu)
+	}
+	if p := q.cfg.Pacer; p != nil {
+		if t := p.NextSend(now, payload); t.After(now) {
+			r.blockedUntil = t
+			return dst, Tx{}, false
+		}
+		r.blockedUntil = time.Time{}
+	}
+	out, err := r.build(q, w, dst, payload)
+	if err != nil {
+		q.counters.SendErr++
+		q.fail(localStatus(err))
+		return dst, Tx{}, false
+	}
+	if p := q.cfg.Pacer; p != nil {
+		p.OnSent(now, len(out)-len(dst))
+	}
+	tx := Tx{AH: q.attr.AV, DestQPN: q.attr.DestQPN, SrcQPN: q.qpn, PacketLen: len(out) - len(dst)}
+	if q.typ == UD {
+		tx.AH, tx.DestQPN = w.ah, w.wr.RemoteQPN
+	}
+	if w.sent {
+		switch q.typ {
+		case RC:
+			q.cmp.armTimer(q, now)
+		default:
+			// UC and UD requests complete once sent: nothing acknowledges them. IBTA Vol 1 9.8.
+			q.complete(w, StatusSuccess)
+		}
+	}
+	return out, tx, true
+}
+
+// localStatus maps a memory error of the send path to its completion status.
+func localStatus(err error) Status {
+	if errors.Is(err, mr.ErrLength) {
+		return StatusLocLenErr
+	}
+	return StatusLocProtErr
+}
+
+// build appends the next packet of w to dst and advances the requester past it.
+func (r *requester) build(q *QP, w *sendWQE, dst []byte, payload int) ([]byte, error) {
+	if !w.started {
+		w.started = true
+		w.firstPSN = r.psn
+		w.lastPSN = r.psn.Add(packets(w.length, q.mtu) - 1)
+		w.offset = 0
+		if w.wr.Opcode.isAtomic() {
+			w.lastPSN = r.psn
+		}
+	}
+	op := w.wr.Opcode
+	first := w.offset == 0
+	last := op.isReadAtomic() || w.offset+uint32(payload) == w.length
+	var f wire.Fields
+	f.BTH = wire.BTHFields{
+		Opcode:         opcodeFor(q.typ, op, first, last),
+		SolicitedEvent: last && w.wr.Flags&Solicited != 0,
+		PKey:           q.attr.PKey,
+		DestQP:         q.attr.DestQPN,
+		PSN:            r.psn,
+	}
+	switch {
+	case q.typ == UD:
+		f.BTH.DestQP = w.wr.RemoteQPN
+		f.DETH = wire.DETHFields{QKey: w.wr.RemoteQKey, SrcQP: q.qpn}
+		if f.DETH.QKey&0x80000000 != 0 {
+			f.DETH.QKey = q.attr.QKey // IBTA Vol 1 10.2: a Q_Key with the top bit set means the QP's own
+		}
+		if q.qpn == wire.QPNGSI {
+			f.DETH.QKey = wire.GSIQKey
+		}
+	case op.isWrite() && first:
+		f.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: w.length}
+	case op == WRRead:
+		f.RETH = wire.RETHFields{VA: w.wr.RemoteAddr + uint64(w.offset), RKey: w.wr.RKey, DMALen: w.length - w.offset}
+	case op == WRCompareSwap:
+		f.AtomicETH = wire.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.Swap, Compare: w.wr.CompareAdd}
+	case op == WRFetchAdd:
+		f.AtomicETH = wire.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
+	}
+	if last {
+		f.Imm = w.wr.Imm
+		f.IETH = w.wr.InvalidateRKey
+	}
+	if q.typ == RC {
+		// AckReq on the last packet of a message, and on one of every maxPktsPerAck+1 packets of a long
+		// one, as rxe's requester does (rxe_req.c init_req_packet). READs and atomics are always
+		// answered; rxe sets AckReq on them too.
+		if last || r.noAck >= maxPktsPerAck {
+			f.BTH.AckReq = true
+			r.noAck = 0
+		} else {
+			r.noAck++
+		}
+	}
+	out, err := wire.AppendHeaders(dst, &f, payload)
+	if err != nil {
+		return dst, err
+	}
+	if payload > 0 {
+		var p []byte
+		out, p = extend(out, payload)
+		if w.inline != nil {
+			copy(p, w.inline[w.offset:])
+		} else if err := q.cfg.Memory.Gather(q.cfg.PD, w.wr.SGL, uint64(w.offset), p); err != nil {
+			return dst, err
+		}
+	}
+	out = wire.AppendTrailer(out, payload)
+
+	switch {
+	case op == WRRead:
+		w.reqPSN = r.psn
+		r.psn = r.psn.Add(packets(w.length-w.offset, q.mtu))
+		r.rdAtomic++
+	case op.isAtomic():
+		r.psn = r.psn.Add(1)
+		r.rdAtomic++
+	default:
+		r.psn = r.psn.Add(1)
+		w.offset += uint32(payload)
+	}
+	if last {
+		w.sent = true
+		r.next++
+	}
+	return out, nil
+}
+
+// opcodeFor picks the BTH opcode of a packet of a request: its operation and its place in the message.
+// IBTA Vol 1 9.4.
+func opcodeFor(t Type, op WROpcode, first, last bool) wire.Opcode {
+	var o wire.Opcode
+	switch op {
+	case WRRead:
+		return wire.RCReadRequest
+	case WRCompareSwap:
+		return wire.RCCompareSwap
+	case WRFetchAdd:
+		return wire.RCFetchAdd
+	case WRWrite, WRWriteImm:
+		switch {
+		case first && last:
+			o = wire.RCWriteOnly
+			if op == WRWriteImm {
+				o = wire.RCWriteOnlyImm
+			}
+		case first:
+			o = wire.RCWriteFirst
+		case last:
+			o = wire.RCWriteLast
+			if op == WRWriteImm {
+				o = wire.RCWriteLastImm
+			}
+		default:
+			o = wire.RCWriteMiddle
+		}
+	default:
+		switch {
+		case first && last:
+			o = wire.RCSendOnly
+			switch op {
+			case WRSendImm:
+				o = wire.RCSendOnlyImm
+			case WRSendInv:
+				o = wire.RCSendOnlyInvalidate
+			}
+		case first:
+			o = wire.RCSendFirst
+		case last:
+			o = wire.RCSendLast
+			switch op {
+			case WRSendImm:
+				o = wire.RCSendLastImm
+			case WRSendInv:
+				o = wire.RCSendLastInvalidate
+			}
+		default:
+			o = wire.RCSendMiddle
+		}
+	}
+	switch t {
+	case UC:
+		o |= wire.Opcode(wire.TransportUC)
+	case UD:
+		o = wire.UDSendOnly
+		if op == WRSendImm {
+			o = wire.UDSendOnlyImm
+		}
+	}
+	return o
+}
+
+// extend grows b by n bytes and returns it with the new bytes.
+func extend(b []byte, n int) ([]byte, []byte) {
+	l := len(b)
+	if cap(b)-l < n {
+		nb := make([]byte, l, l+n+wire.ICRCLen+4)
+		copy(nb, b)
+		b = nb
+	}
+	b = b[:l+n]
+	return b, b[l:]
+}
