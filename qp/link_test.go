@@ -100,7 +100,7 @@ type pairOpts struct {
 
 func defaultOpts() pairOpts {
 	return pairOpts{typ: RC, mtu: wire.MTU1024, psnA: 0x100, psnB: 0x200,
-		access: mr.LocalWrite | mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic,
+		access:  mr.LocalWrite | mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic,
 		timeout: 14, retry: 7, rnr: 7, minRNR: 12, rdAtomic: 16}
 }
 
