@@ -1,0 +1,325 @@
+package qp
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/mr"
+	"github.com/goroce/goroce/wire"
+)
+
+// dropNth returns a hook that drops the nth packet (1-based) that matches op from the given side.
+func dropNth(from string, op wire.Opcode, nth int) func(*link, *host, wire.Packet) [][]byte {
+	seen := 0
+	return func(l *link, h *host, p wire.Packet) [][]byte {
+		if h.name == from && p.Opcode() == op {
+			seen++
+			if seen == nth {
+				return nil
+			}
+		}
+		return [][]byte{p.Bytes()}
+	}
+}
+
+// CONFORMANCE T1: a lost READ request is sent again, same PSN, after the local ACK timeout.
+func TestLostReadRequest(t *testing.T) {
+	o := defaultOpts()
+	o.timeout = 10 // 4.19 ms
+	l := newLink(t, o)
+	local := l.a.reg(t, 100, mr.LocalWrite)
+	remote := l.b.reg(t, 100, mr.RemoteRead)
+	fill(remote.Bytes(), 3)
+	l.hook = dropNth("A", wire.RCReadRequest, 1)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRRead, Flags: Signaled, SGL: sge(local, 0, 100), RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+	start := l.now
+	l.run(time.Second)
+	l.expectLadder(
+		"-> RDMA_READ_REQUEST psn=256 A len=100 (lost)",
+		"-> RDMA_READ_REQUEST psn=256 A len=100",
+		"<- RDMA_READ_RESPONSE_ONLY psn=256 [ACK msn=1] +100",
+	)
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Opcode: CompRDMARead, QPN: 0x11, ByteLen: 100})
+	if !bytes.Equal(local.Bytes(), remote.Bytes()) {
+		t.Fatal("data differs")
+	}
+	if d := l.now.Sub(start); d < ackTimeout(10) {
+		t.Fatalf("retransmitted after %v, before the %v timeout", d, ackTimeout(10))
+	}
+	if c := l.a.qp.Counters(); c.Timeouts != 1 || c.CompleterRetryErr != 1 {
+		t.Fatalf("counters %+v", c)
+	}
+}
+
+// CONFORMANCE T4, P5: a lost ACK makes the requester send the SEND again; the responder ACKs the
+// duplicate with PSN e-1 and does not deliver it twice.
+func TestLostAck(t *testing.T) {
+	o := defaultOpts()
+	o.timeout = 8
+	l := newLink(t, o)
+	src := l.a.reg(t, 10, mr.LocalWrite)
+	dst := l.b.reg(t, 64, mr.LocalWrite)
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1, SGL: sge(dst, 0, 32)}))
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 2, SGL: sge(dst, 32, 32)}))
+	l.hook = dropNth("B", wire.RCAcknowledge, 1)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 9, Opcode: WRSend, Flags: Signaled, SGL: sge(src, 0, 10)}))
+	l.run(time.Second)
+	l.expectLadder(
+		"-> SEND_ONLY psn=256 A +10",
+		"<- ACKNOWLEDGE psn=256 [ACK msn=1] (lost)",
+		"-> SEND_ONLY psn=256 A +10",
+		"<- ACKNOWLEDGE psn=256 [ACK msn=1]",
+	)
+	expectCompletions(t, l.a.scq, Completion{WRID: 9, Opcode: CompSend, QPN: 0x11, ByteLen: 10})
+	expectCompletions(t, l.b.rcq, Completion{WRID: 1, Opcode: CompRecv, QPN: 0x22, ByteLen: 10})
+	if c := l.b.qp.Counters(); c.DuplicateRequest != 1 {
+		t.Fatalf("duplicate_request %d", c.DuplicateRequest)
+	}
+}
+
+// CONFORMANCE T5, P1, P2, P4: a lost WRITE MIDDLE draws one PSN sequence error NAK at the gap; the
+// requester goes back to it and resends MIDDLE, MIDDLE, LAST (no RETH); memory ends up right.
+func TestLostWriteMiddle(t *testing.T) {
+	o := defaultOpts()
+	o.mtu = wire.MTU256
+	l := newLink(t, o)
+	src := l.a.reg(t, 1000, mr.LocalWrite)
+	fill(src.Bytes(), 5)
+	remote := l.b.reg(t, 1000, mr.LocalWrite|mr.RemoteWrite)
+	l.hook = dropNth("A", wire.RCWriteMiddle, 1)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRWrite, Flags: Signaled, SGL: sge(src, 0, 1000), RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+	l.run(time.Second)
+	l.expectLadder(
+		"-> RDMA_WRITE_FIRST psn=256 len=1000 +256",
+		"-> RDMA_WRITE_MIDDLE psn=257 +256 (lost)",
+		"-> RDMA_WRITE_MIDDLE psn=258 +256",
+		"-> RDMA_WRITE_LAST psn=259 A +232",
+		"<- ACKNOWLEDGE psn=257 [NAK psn-sequence-error msn=0]",
+		"-> RDMA_WRITE_MIDDLE psn=257 +256",
+		"-> RDMA_WRITE_MIDDLE psn=258 +256",
+		"-> RDMA_WRITE_LAST psn=259 A +232",
+		"<- ACKNOWLEDGE psn=259 [ACK msn=1]",
+	)
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Opcode: CompRDMAWrite, QPN: 0x11, ByteLen: 1000})
+	if !bytes.Equal(src.Bytes(), remote.Bytes()) {
+		t.Fatal("data differs")
+	}
+	if c := l.b.qp.Counters(); c.OutOfSeqRequest != 2 || c.NAKsSent[wire.NAKPSNSequenceError] != 1 {
+		t.Fatalf("responder counters %+v", c)
+	}
+	if c := l.a.qp.Counters(); c.RcvdSeqErr != 1 {
+		t.Fatalf("requester rcvd_seq_err %d", c.RcvdSeqErr)
+	}
+}
+
+// CONFORMANCE T6: a lost READ response makes the requester ask again for the rest: a new READ request
+// at the lost PSN, with the VA moved on and the length reduced.
+func TestLostReadResponse(t *testing.T) {
+	o := defaultOpts()
+	o.mtu = wire.MTU256
+	o.timeout = 8
+	l := newLink(t, o)
+	local := l.a.reg(t, 1024, mr.LocalWrite)
+	remote := l.b.reg(t, 1024, mr.RemoteRead)
+	fill(remote.Bytes(), 9)
+	l.hook = dropNth("B", wire.RCReadResponseMiddle, 2)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRRead, Flags: Signaled, SGL: sge(local, 0, 1024), RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+	l.run(time.Second)
+	l.expectLadder(
+		"-> RDMA_READ_REQUEST psn=256 A len=1024",
+		"<- RDMA_READ_RESPONSE_FIRST psn=256 [ACK msn=1] +256",
+		"<- RDMA_READ_RESPONSE_MIDDLE psn=257 +256",
+		"<- RDMA_READ_RESPONSE_MIDDLE psn=258 +256 (lost)",
+		"<- RDMA_READ_RESPONSE_LAST psn=259 [ACK msn=1] +256",
+		"-> RDMA_READ_REQUEST psn=258 A len=512",
+		"<- RDMA_READ_RESPONSE_FIRST psn=258 [ACK msn=1] +256",
+		"<- RDMA_READ_RESPONSE_LAST psn=259 [ACK msn=1] +256",
+	)
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Opcode: CompRDMARead, QPN: 0x11, ByteLen: 1024})
+	if !bytes.Equal(local.Bytes(), remote.Bytes()) {
+		t.Fatal("data differs")
+	}
+	if c := l.b.qp.Counters(); c.DuplicateRequest != 1 {
+		t.Fatalf("responder duplicate_request %d", c.DuplicateRequest)
+	}
+}
+
+// CONFORMANCE P8, X1: a lost atomic acknowledgement makes the requester resend the atomic; the
+// responder answers from its resource with the saved original value and does not add twice.
+func TestDuplicateAtomicNotExecutedTwice(t *testing.T) {
+	o := defaultOpts()
+	o.timeout = 8
+	l := newLink(t, o)
+	local := l.a.reg(t, 8, mr.LocalWrite)
+	remote := l.b.reg(t, 8, mr.LocalWrite|mr.RemoteAtomic)
+	remote.Bytes()[0] = 40
+	l.hook = dropNth("B", wire.RCAtomicAcknowledge, 1)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRFetchAdd, Flags: Signaled, SGL: sge(local, 0, 8), RemoteAddr: remote.IOVA(), RKey: remote.RKey(), CompareAdd: 2}))
+	l.run(time.Second)
+	l.expectLadder(
+		"-> FETCH_ADD psn=256 A",
+		"<- ATOMIC_ACKNOWLEDGE psn=256 [ACK msn=1] (lost)",
+		"-> FETCH_ADD psn=256 A",
+		"<- ATOMIC_ACKNOWLEDGE psn=256 [ACK msn=1]",
+	)
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Opcode: CompFetchAdd, QPN: 0x11, ByteLen: 8})
+	if remote.Bytes()[0] != 42 || local.Bytes()[0] != 40 {
+		t.Fatalf("remote %d (want 42), original %d (want 40)", remote.Bytes()[0], local.Bytes()[0])
+	}
+}
+
+// CONFORMANCE A3: three SENDs that arrive together draw one ACK, for the last PSN: the responder
+// coalesces ACKs still queued, and the requester completes all three from it, in order.
+func TestCoalescedAck(t *testing.T) {
+	l := newLink(t, defaultOpts())
+	src := l.a.reg(t, 30, mr.LocalWrite)
+	dst := l.b.reg(t, 90, mr.LocalWrite)
+	for i := 0; i < 3; i++ {
+		must(t, l.b.qp.PostRecv(&RecvWR{ID: uint64(i), SGL: sge(dst, i*30, 30)}))
+		must(t, l.a.qp.PostSend(l.now, &SendWR{ID: uint64(10 + i), Opcode: WRSend, Flags: Signaled, SGL: sge(src, 0, 30)}))
+	}
+	l.run(time.Millisecond) // well before the 67 ms timeout
+	l.expectLadder(
+		"-> SEND_ONLY psn=256 A +30",
+		"-> SEND_ONLY psn=257 A +30",
+		"-> SEND_ONLY psn=258 A +30",
+		"<- ACKNOWLEDGE psn=258 [ACK msn=3]",
+	)
+	got := poll(l.a.scq)
+	if len(got) != 3 || got[0].WRID != 10 || got[1].WRID != 11 || got[2].WRID != 12 {
+		t.Fatalf("completions %+v", got)
+	}
+}
+
+// CONFORMANCE R5: PSNs wrap from 0xFFFFFF to 0 inside a message, and ACKs and retries work across it.
+func TestPSNWrap(t *testing.T) {
+	o := defaultOpts()
+	o.mtu = wire.MTU256
+	o.psnA = 0xFFFFFE
+	l := newLink(t, o)
+	src := l.a.reg(t, 1024, mr.LocalWrite)
+	fill(src.Bytes(), 2)
+	dst := l.b.reg(t, 1024, mr.LocalWrite)
+	l.hook = dropNth("A", wire.RCSendMiddle, 2) // PSN 0
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1, SGL: sge(dst, 0, 1024)}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend, Flags: Signaled, SGL: sge(src, 0, 1024)}))
+	l.run(time.Second)
+	l.expectLadder(
+		"-> SEND_FIRST psn=16777214 +256",
+		"-> SEND_MIDDLE psn=16777215 +256",
+		"-> SEND_MIDDLE psn=0 +256 (lost)",
+		"-> SEND_LAST psn=1 A +256",
+		"<- ACKNOWLEDGE psn=0 [NAK psn-sequence-error msn=0]",
+		"-> SEND_MIDDLE psn=0 +256",
+		"-> SEND_LAST psn=1 A +256",
+		"<- ACKNOWLEDGE psn=1 [ACK msn=1]",
+	)
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Opcode: CompSend, QPN: 0x11, ByteLen: 1024})
+	if !bytes.Equal(src.Bytes(), dst.Bytes()) {
+		t.Fatal("data differs")
+	}
+}
+
+// CONFORMANCE N1, N2: a SEND with no receive posted is RNR NAKed with the responder's min_rnr_timer;
+// the requester waits that long and sends it again, by when a receive is there.
+func TestRNRThenSuccess(t *testing.T) {
+	o := defaultOpts()
+	o.minRNR = 14 // 1.28 ms
+	l := newLink(t, o)
+	src := l.a.reg(t, 16, mr.LocalWrite)
+	dst := l.b.reg(t, 16, mr.LocalWrite)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend, Flags: Signaled, SGL: sge(src, 0, 16)}))
+	l.run(500 * time.Microsecond)
+	rnrAt := l.now
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 5, SGL: sge(dst, 0, 16)}))
+	l.run(time.Second)
+	l.expectLadder(
+		"-> SEND_ONLY psn=256 A +16",
+		"<- ACKNOWLEDGE psn=256 [RNR NAK 1.28ms msn=0]",
+		"-> SEND_ONLY psn=256 A +16",
+		"<- ACKNOWLEDGE psn=256 [ACK msn=1]",
+	)
+	if d := l.now.Sub(rnrAt); d < 1200*time.Microsecond {
+		t.Fatalf("resent %v after the RNR NAK, before the 1.28 ms timer", d)
+	}
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Opcode: CompSend, QPN: 0x11, ByteLen: 16})
+	expectCompletions(t, l.b.rcq, Completion{WRID: 5, Opcode: CompRecv, QPN: 0x22, ByteLen: 16})
+	if a, b := l.a.qp.Counters(), l.b.qp.Counters(); a.RcvdRNRErr != 1 || b.SendRNRErr != 1 {
+		t.Fatalf("rcvd_rnr_err %d send_rnr_err %d", a.RcvdRNRErr, b.SendRNRErr)
+	}
+}
+
+// CONFORMANCE N3, C3: rnr_retry 0 fails on the first RNR NAK with RNR_RETRY_EXC_ERR; the QP enters
+// ERR and later requests are flushed in order.
+func TestRNRRetryExceeded(t *testing.T) {
+	o := defaultOpts()
+	o.rnr = 0
+	l := newLink(t, o)
+	src := l.a.reg(t, 16, mr.LocalWrite)
+	for i := 1; i <= 3; i++ {
+		must(t, l.a.qp.PostSend(l.now, &SendWR{ID: uint64(i), Opcode: WRSend, SGL: sge(src, 0, 16)}))
+	}
+	l.run(time.Second)
+	expectCompletions(t, l.a.scq,
+		Completion{WRID: 1, Status: StatusRNRRetryExcErr, Opcode: CompSend, QPN: 0x11},
+		Completion{WRID: 2, Status: StatusWRFlushErr, Opcode: CompSend, QPN: 0x11},
+		Completion{WRID: 3, Status: StatusWRFlushErr, Opcode: CompSend, QPN: 0x11},
+	)
+	if l.a.qp.State() != StateErr || l.b.qp.State() != StateRTS {
+		t.Fatalf("states %v %v: the requester fails, the responder stays (class B)", l.a.qp.State(), l.b.qp.State())
+	}
+}
+
+// CONFORMANCE T2: a silent responder: retry_cnt 2 gives three transmissions, then RETRY_EXC_ERR.
+func TestRetryExceeded(t *testing.T) {
+	o := defaultOpts()
+	o.retry = 2
+	o.timeout = 8
+	l := newLink(t, o)
+	src := l.a.reg(t, 16, mr.LocalWrite)
+	l.hook = func(l *link, h *host, p wire.Packet) [][]byte {
+		if h == l.a {
+			return nil
+		}
+		return [][]byte{p.Bytes()}
+	}
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend, SGL: sge(src, 0, 16)}))
+	start := l.now
+	l.run(time.Second)
+	l.expectLadder(
+		"-> SEND_ONLY psn=256 A +16 (lost)",
+		"-> SEND_ONLY psn=256 A +16 (lost)",
+		"-> SEND_ONLY psn=256 A +16 (lost)",
+	)
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Status: StatusRetryExcErr, Opcode: CompSend, QPN: 0x11})
+	if d := l.now.Sub(start); d != 3*ackTimeout(8) {
+		t.Fatalf("gave up after %v, want 3 timeouts of %v", d, ackTimeout(8))
+	}
+	if c := l.a.qp.Counters(); c.RetryExceededErr != 1 || c.Timeouts != 3 {
+		t.Fatalf("counters %+v", c)
+	}
+}
+
+// CONFORMANCE P3: requester and responder disagree on the PSN. The responder NAKs the gap once; the
+// requester, whose NAK PSN is behind it, ignores it, times out, and finally fails.
+func TestPersistentPSNMismatch(t *testing.T) {
+	o := defaultOpts()
+	o.retry = 1
+	o.timeout = 8
+	l := newLink(t, o)
+	must(t, l.b.qp.Modify(l.now, &Attr{State: StateErr}, AttrState)) // rebuild B expecting PSN 0x0FF
+	must(t, l.b.qp.Modify(l.now, &Attr{State: StateReset}, AttrState))
+	connect(t, l.now, l.b.qp, 0x11, o, o.psnB, o.psnA-1)
+	poll(l.b.rcq)
+	src := l.a.reg(t, 16, mr.LocalWrite)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend, SGL: sge(src, 0, 16)}))
+	l.run(time.Second)
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Status: StatusRetryExcErr, Opcode: CompSend, QPN: 0x11})
+	if l.b.qp.State() != StateRTS {
+		t.Fatalf("responder state %v", l.b.qp.State())
+	}
+	if c := l.b.qp.Counters(); c.NAKsSent[wire.NAKPSNSequenceError] != 1 || c.OutOfSeqRequest != 2 {
+		t.Fatalf("responder counters %+v", c)
+	}
+}
