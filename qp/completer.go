@@ -17,10 +17,15 @@ type completer struct {
 	rnrLeft   uint8     // RNR retries left
 	timer     time.Time // local ACK timeout; zero when nothing is outstanding or the timer is disabled
 	rnrUntil  time.Time // end of an RNR wait; zero when not waiting
+	// retrying is set while a retry started by a NAK or an implied NAK has made no progress. Until it
+	// clears, further NAKs and implied NAKs (typically the many duplicate ACKs a go-back-N resend
+	// draws) start no new retry; only the timer does. rxe_comp.c comp.started_retry.
+	retrying bool
 }
 
 func (c *completer) stopTimers() {
 	c.timer, c.rnrUntil = time.Time{}, time.Time{}
+	c.retrying = false
 }
 
 func (c *completer) waitingRNR() bool { return !c.rnrUntil.IsZero() }
@@ -44,6 +49,7 @@ func (c *completer) armTimer(q *QP, now time.Time) {
 // progress records a valid response: the retry counters start over (IBA C9-139; rxe
 // reset_retry_counters) and the timer restarts while requests remain outstanding.
 func (c *completer) progress(q *QP, now time.Time) {
+	c.retrying = false
 	c.retryLeft = q.attr.RetryCnt
 	c.rnrLeft = q.attr.RNRRetry
 	if c.psn == q.req.psn {
@@ -208,20 +214,12 @@ func (c *completer) onReadResponse(q *QP, now time.Time, p wire.Packet, psn wire
 	if w == nil {
 		return
 	}
-	// The position must match: a response that opens at the latest request's PSN and closes at the
-	// READ's last PSN. IBTA Vol 1 9.7.5.1.5.
-	var want wire.Position
-	switch {
-	case psn == w.reqPSN && psn == w.lastPSN:
-		want = wire.PosOnly
-	case psn == w.reqPSN:
-		want = wire.PosFirst
-	case psn == w.lastPSN:
-		want = wire.PosLast
-	default:
-		want = wire.PosMiddle
-	}
-	if p.Info().Pos != want {
+	// The position must fit the PSN: the READ's last PSN comes as LAST or ONLY, every other as FIRST or
+	// MIDDLE. FIRST may open at any PSN where some request for this READ started: after a retry, late
+	// responses to the earlier request and responses to the new one carry the same data for a PSN, so
+	// either is accepted. IBTA Vol 1 9.7.5.1.5; CONFORMANCE A8.
+	pos := p.Info().Pos
+	if (psn == w.lastPSN) != pos.EndsMessage() {
 		q.fail(StatusBadRespErr)
 		return
 	}
@@ -276,6 +274,16 @@ func (c *completer) onAtomicAck(q *QP, now time.Time, p wire.Packet, psn wire.PS
 // request when the retry counter has run out. Unlike rxe, which never exhausts a retry count of 7,
 // goroce follows IBTA Vol 1 9.7.6.1.3: retry_cnt 7 allows seven retries. Only rnr_retry 7 is infinite.
 func (c *completer) retry(q *QP, now time.Time) {
+	if c.retrying {
+		q.counters.RetryIgnored++
+		return
+	}
+	c.startRetry(q, now)
+	c.retrying = true
+}
+
+// startRetry counts a retry and rewinds the requester.
+func (c *completer) startRetry(q *QP, now time.Time) {
 	q.counters.CompleterRetryErr++
 	if c.retryLeft == 0 {
 		q.counters.RetryExceededErr++
@@ -297,7 +305,7 @@ func (c *completer) advance(q *QP, now time.Time) {
 		c.timer = time.Time{}
 		if c.psn != q.req.psn && (q.state == StateRTS || q.state == StateSQD) {
 			q.counters.Timeouts++
-			c.retry(q, now)
+			c.startRetry(q, now)
 		}
 	}
 }

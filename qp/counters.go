@@ -23,6 +23,7 @@ type Counters struct {
 	SendErr             uint64 `rxe:"send_err"`               // requester: requests failed before the wire
 
 	Timeouts      uint64    // local ACK timeouts that started a retransmission
+	RetryIgnored  uint64    // NAKs and implied NAKs that arrived while a retry was already under way
 	CQOverflow    uint64    // completions lost to a full CQ
 	InvalidateErr uint64    // SEND_WITH_INV naming a key that could not be invalidated
 	FatalNAKs     uint64    // NAKs sent that ended the connection

@@ -82,7 +82,9 @@ type link struct {
 	// hook sees every packet as it is sent; it may rewrite it (the returned slices are delivered, none
 	// drops it, two duplicates it).
 	hook func(l *link, from *host, p wire.Packet) [][]byte
-	sent int
+	// jitter, if set, adds to each packet's delivery time, which reorders packets.
+	jitter func() time.Duration
+	sent   int
 }
 
 type pairOpts struct {
@@ -204,7 +206,11 @@ func (l *link) pump() bool {
 				l.ladder = append(l.ladder, fmt.Sprintf("%s %s", arrow, describe(p)))
 			}
 			for _, b := range sends {
-				l.flight = append(l.flight, frame{from: h, to: l.other(h), b: bytes.Clone(b), at: l.now.Add(l.delay)})
+				at := l.now.Add(l.delay)
+				if l.jitter != nil {
+					at = at.Add(l.jitter())
+				}
+				l.flight = append(l.flight, frame{from: h, to: l.other(h), b: bytes.Clone(b), at: at})
 			}
 		}
 	}

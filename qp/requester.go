@@ -167,7 +167,6 @@ func (r *requester) build(q *QP, w *sendWQE, dst []byte, payload int) ([]byte, e
 
 	switch {
 	case op == WRRead:
-		w.reqPSN = r.psn
 		r.psn = r.psn.Add(packets(w.length-w.offset, q.mtu))
 		r.rdAtomic++
 	case op.isAtomic():

@@ -26,7 +26,6 @@ type sendWQE struct {
 	firstPSN wire.PSN // PSN of the first packet
 	lastPSN  wire.PSN // PSN of the last packet (of the last READ response)
 	offset   uint32   // next byte the requester sends
-	reqPSN   wire.PSN // PSN of the latest READ request, where its responses start
 }
 
 // packets returns how many PSNs a message of n bytes takes at mtu: at least one.
