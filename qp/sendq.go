@@ -36,26 +36,44 @@ func packets(n uint32, mtu int) uint32 {
 	return (n + uint32(mtu) - 1) / uint32(mtu)
 }
 
-// sendRing is the send queue: a bounded FIFO of WQEs whose SGL and inline storage is allocated up front
-// (inline storage on first use), so posting allocates nothing in steady state.
+// sendRing is the send queue: a bounded FIFO of WQEs. Slots, and each slot's SGL and inline storage,
+// are allocated as the queue first grows to need them and then reused, so an idle QP costs little and
+// posting allocates nothing in steady state.
 type sendRing struct {
 	slots     []sendWQE
-	sgeBuf    []mr.SGE
-	inlineBuf [][]byte
+	sges      [][]mr.SGE // per slot, cap maxSGE
+	inlineBuf [][]byte   // per slot, grown to the largest inline message seen
+	capacity  int
 	maxSGE    int
 	maxInline int
 	head, n   int
 }
 
+// initialSlots is how many slots a queue starts with before it grows toward its capacity.
+const initialSlots = 4
+
 func newSendRing(capacity, maxSGE, maxInline int) sendRing {
 	capacity, maxSGE = max(capacity, 1), max(maxSGE, 1)
-	return sendRing{
-		slots:     make([]sendWQE, capacity),
-		sgeBuf:    make([]mr.SGE, capacity*maxSGE),
-		inlineBuf: make([][]byte, capacity),
-		maxSGE:    maxSGE,
-		maxInline: maxInline,
+	r := sendRing{capacity: capacity, maxSGE: maxSGE, maxInline: maxInline}
+	r.resize(min(capacity, initialSlots))
+	return r
+}
+
+// resize moves the ring into n slots, oldest first at index 0.
+func (r *sendRing) resize(n int) {
+	slots := make([]sendWQE, n)
+	sges := make([][]mr.SGE, n)
+	inl := make([][]byte, n)
+	for i := 0; i < len(r.slots); i++ {
+		j := (r.head + i) % len(r.slots)
+		slots[i], sges[i], inl[i] = r.slots[j], r.sges[j], r.inlineBuf[j]
 	}
+	for i := range sges {
+		if sges[i] == nil {
+			sges[i] = make([]mr.SGE, 0, r.maxSGE)
+		}
+	}
+	r.slots, r.sges, r.inlineBuf, r.head = slots, sges, inl, 0
 }
 
 func (r *sendRing) at(i int) *sendWQE {
@@ -127,7 +145,10 @@ func (r *sendRing) push(wr *SendWR, t Type) (*sendWQE, error) {
 		length = n
 	}
 	if r.n == len(r.slots) {
-		return nil, ErrQueueFull
+		if r.n == r.capacity {
+			return nil, ErrQueueFull
+		}
+		r.resize(min(2*len(r.slots), r.capacity))
 	}
 	i := r.head + r.n
 	if i >= len(r.slots) {
@@ -135,8 +156,7 @@ func (r *sendRing) push(wr *SendWR, t Type) (*sendWQE, error) {
 	}
 	w := &r.slots[i]
 	*w = sendWQE{wr: *wr, length: length}
-	w.wr.SGL = r.sgeBuf[i*r.maxSGE : i*r.maxSGE+len(wr.SGL)]
-	copy(w.wr.SGL, wr.SGL)
+	w.wr.SGL = append(r.sges[i][:0], wr.SGL...)
 	if wr.AH != nil {
 		w.ah = *wr.AH
 		w.wr.AH = &w.ah

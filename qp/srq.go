@@ -20,18 +20,36 @@ type recvWQE struct {
 	len uint64   // total length of sgl
 }
 
-// recvRing is a bounded FIFO of receive WQEs whose SGL storage is allocated once.
+// recvRing is a bounded FIFO of receive WQEs. Like the send queue it grows to its capacity as needed
+// and reuses each slot's SGL storage.
 type recvRing struct {
-	slots   []recvWQE
-	sgeBuf  []mr.SGE
-	maxSGE  int
-	head, n int
+	slots    []recvWQE
+	sges     [][]mr.SGE
+	capacity int
+	maxSGE   int
+	head, n  int
 }
 
 func newRecvRing(capacity, maxSGE int) recvRing {
 	capacity, maxSGE = max(capacity, 1), max(maxSGE, 1)
-	r := recvRing{slots: make([]recvWQE, capacity), sgeBuf: make([]mr.SGE, capacity*maxSGE), maxSGE: maxSGE}
+	r := recvRing{capacity: capacity, maxSGE: maxSGE}
+	r.resize(min(capacity, initialSlots))
 	return r
+}
+
+func (r *recvRing) resize(n int) {
+	slots := make([]recvWQE, n)
+	sges := make([][]mr.SGE, n)
+	for i := 0; i < len(r.slots); i++ {
+		j := (r.head + i) % len(r.slots)
+		slots[i], sges[i] = r.slots[j], r.sges[j]
+	}
+	for i := range sges {
+		if sges[i] == nil {
+			sges[i] = make([]mr.SGE, 0, r.maxSGE)
+		}
+	}
+	r.slots, r.sges, r.head = slots, sges, 0
 }
 
 func (r *recvRing) push(wr *RecvWR) error {
@@ -39,16 +57,17 @@ func (r *recvRing) push(wr *RecvWR) error {
 		return ErrTooManySGE
 	}
 	if r.n == len(r.slots) {
-		return ErrQueueFull
+		if r.n == r.capacity {
+			return ErrQueueFull
+		}
+		r.resize(min(2*len(r.slots), r.capacity))
 	}
 	i := (r.head + r.n) % len(r.slots)
-	buf := r.sgeBuf[i*r.maxSGE : i*r.maxSGE+len(wr.SGL)]
-	copy(buf, wr.SGL)
 	var total uint64
 	for _, s := range wr.SGL {
 		total += uint64(s.Length)
 	}
-	r.slots[i] = recvWQE{id: wr.ID, sgl: buf, len: total}
+	r.slots[i] = recvWQE{id: wr.ID, sgl: append(r.sges[i][:0], wr.SGL...), len: total}
 	r.n++
 	return nil
 }
