@@ -127,7 +127,7 @@ func TestNoResponderResources(t *testing.T) {
 	connect(t, l.now, l.b.qp, 0x11, o, o.psnB, o.psnA)
 	local := l.a.reg(t, 16, mr.LocalWrite)
 	remote := l.b.reg(t, 16, mr.RemoteRead)
-	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRRead, SGL: sge(local, 0, 16), RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRRead, Flags: Signaled, SGL: sge(local, 0, 16), RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
 	l.run(time.Second)
 	expectCompletions(t, l.a.scq, Completion{WRID: 1, Status: StatusRemInvReqErr, Opcode: CompRDMARead, QPN: 0x11})
 }
@@ -395,4 +395,25 @@ func TestPostSendValidation(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
 	}
+}
+
+// A fatal NAK does not swallow the responses to earlier requests: a READ pipelined before a misaligned
+// atomic still completes, and only the atomic fails.
+func TestResponsesBeforeFatalNAK(t *testing.T) {
+	l := newLink(t, defaultOpts())
+	local := l.a.reg(t, 64, mr.LocalWrite)
+	remote := l.b.reg(t, 64, mr.LocalWrite|mr.RemoteRead|mr.RemoteAtomic)
+	fill(remote.Bytes(), 1)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRRead, Flags: Signaled, SGL: sge(local, 0, 16), RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 2, Opcode: WRFetchAdd, SGL: sge(local, 16, 8), RemoteAddr: remote.IOVA() + 4, RKey: remote.RKey()}))
+	l.run(time.Second)
+	l.expectLadder(
+		"-> RDMA_READ_REQUEST psn=256 A len=16",
+		"-> FETCH_ADD psn=257 A",
+		"<- RDMA_READ_RESPONSE_ONLY psn=256 [ACK msn=1] +16",
+		"<- ACKNOWLEDGE psn=257 [NAK invalid-request msn=1]",
+	)
+	expectCompletions(t, l.a.scq,
+		Completion{WRID: 1, Opcode: CompRDMARead, QPN: 0x11, ByteLen: 16},
+		Completion{WRID: 2, Status: StatusRemInvReqErr, Opcode: CompFetchAdd, QPN: 0x11})
 }

@@ -139,8 +139,8 @@ func (r *responder) reset() {
 	r.next = 0
 }
 
-// flush completes the receive bound to an unfinished message and drops every queued response except
-// a final NAK.
+// flush completes the receive bound to an unfinished message and drops every queued response, unless
+// a final NAK is queued: then the responses before it and the NAK itself still go out.
 func (r *responder) flush(q *QP) {
 	if r.msg.hasRecv {
 		wc := Completion{WRID: r.msg.recv.id, Status: StatusWRFlushErr, Opcode: CompRecv, QPN: q.qpn}
@@ -148,19 +148,20 @@ func (r *responder) flush(q *QP) {
 		q.pushRecv(&wc, false)
 	}
 	r.msg = message{}
-	var keep job
-	found := false
-	for r.jobs.n > 0 {
-		if j := r.jobs.front(); j.final {
-			keep, found = *j, true
-		}
-		r.jobs.pop()
-	}
-	r.jobs.head = 0
-	if found {
-		r.jobs.push(keep)
+	if !r.hasFinal() {
+		r.jobs.head, r.jobs.n = 0, 0
 	}
 	clear(r.res)
+}
+
+// hasFinal reports whether a connection-ending NAK waits in the job queue.
+func (r *responder) hasFinal() bool {
+	for k := 0; k < r.jobs.n; k++ {
+		if r.jobs.slots[(r.jobs.head+k)%len(r.jobs.slots)].final {
+			return true
+		}
+	}
+	return false
 }
 
 // canAck reports whether an ACK or NAK can be queued: there is room, or the last queued job is an ACK
@@ -401,9 +402,17 @@ func (r *responder) fatal(q *QP, psn wire.PSN, code wire.NAKCode) {
 }
 
 func (r *responder) fatalRecv(q *QP, psn wire.PSN, code wire.NAKCode, recvStatus Status) {
-	r.jobs.n = 0 // responses not yet sent are moot: the connection is over
-	r.jobs.head = 0
-	r.jobs.push(job{kind: jobAck, final: true, psn: psn, syndrome: wire.SyndromeNAK(code), msn: r.msn})
+	// Responses already queued answer earlier, valid requests: they go out first, then the NAK. An
+	// ACK waiting at the tail is replaced, since the NAK acknowledges all it did.
+	nak := job{kind: jobAck, final: true, psn: psn, syndrome: wire.SyndromeNAK(code), msn: r.msn}
+	switch t := r.jobs.tail(); {
+	case t != nil && t.kind == jobAck && !t.final:
+		*t = nak
+	case r.jobs.full():
+		*t = nak // the ring is bounded; the NAK matters more than the last response
+	default:
+		r.jobs.push(nak)
+	}
 	if recvStatus != 0 && r.msg.hasRecv {
 		wc := Completion{Status: recvStatus, Opcode: CompRecv}
 		r.completeRecv(q, &wc, false)
@@ -697,7 +706,8 @@ func (r *responder) appendPacket(q *QP, now time.Time, dst []byte) ([]byte, Tx, 
 	switch q.state {
 	case StateRTR, StateRTS, StateSQD:
 	case StateErr:
-		if !j.final {
+		if !r.hasFinal() {
+			r.jobs.head, r.jobs.n = 0, 0
 			return dst, Tx{}, false
 		}
 	default:
