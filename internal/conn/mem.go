@@ -1,0 +1,325 @@
+package conn
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// DefaultMemQueueLen is the receive queue of an in-memory endpoint, in datagrams.
+const DefaultMemQueueLen = 4096
+
+// firstMemPort is where port 0 allocation starts, the IANA dynamic range.
+const firstMemPort = 49152
+
+// Verdict is a Filter's decision on one datagram. The zero Verdict delivers it once, now.
+type Verdict struct {
+	// Drop discards the datagram (counted in DropFiltered).
+	Drop bool
+	// Duplicates is the number of extra copies delivered after the original.
+	Duplicates int
+	// Delay holds the datagram (and its copies) back this long, on a timer; later datagrams
+	// overtake it. Test plumbing only: engines never see the wall clock through it.
+	Delay time.Duration
+}
+
+// Filter inspects a datagram in flight on a MemNetwork. m is the network's own copy: the filter
+// may change m.Buf's bytes (corruption), shorten m.Buf, and change m.TOS (ECN marking); m.Addr
+// is the destination and from the source. Filters run one at a time, in write order, so a seeded
+// filter replays exactly when writes are issued from one goroutine.
+type Filter func(m *Message, from netip.AddrPort) Verdict
+
+// RandomLoss returns a Filter dropping percent% of datagrams, chosen by a PCG generator seeded
+// with seed.
+func RandomLoss(percent float64, seed uint64) Filter {
+	rng := rand.New(rand.NewPCG(seed, seed^pcgStream))
+	return func(*Message, netip.AddrPort) Verdict {
+		return Verdict{Drop: rng.Float64()*100 < percent}
+	}
+}
+
+// pcgStream is the second PCG seed word derived from the caller's seed; any constant will do.
+const pcgStream = 0x9e3779b97f4a7c15
+
+// MemNetwork is an in-memory datagram network for tests: endpoints bound to any address,
+// datagrams copied on write into the destination's bounded queue, never blocking the writer.
+//
+// Locks: mu guards the endpoint table and settings; filterMu serializes filter calls and guards
+// scratch; each endpoint's mu guards its queue. Order: filterMu, then mu, then an endpoint's mu.
+type MemNetwork struct {
+	mu       sync.RWMutex
+	conns    map[netip.AddrPort]*memConn
+	nextPort uint16
+	queueLen int
+	batch    int
+	filter   Filter
+
+	filterMu sync.Mutex
+	scratch  []byte
+
+	stats  counters // network-level drops: unknown destination, filtered
+	timers sync.WaitGroup
+}
+
+// NewMemNetwork returns an empty network with DefaultMemQueueLen queues and DefaultBatchSize.
+func NewMemNetwork() *MemNetwork {
+	return &MemNetwork{
+		conns:    make(map[netip.AddrPort]*memConn),
+		nextPort: firstMemPort,
+		queueLen: DefaultMemQueueLen,
+		batch:    DefaultBatchSize,
+	}
+}
+
+// SetQueueLen sets the receive queue length, in datagrams, of endpoints bound afterwards.
+func (n *MemNetwork) SetQueueLen(datagrams int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.queueLen = max(datagrams, 1)
+}
+
+// SetBatchSize sets the BatchSize of endpoints bound afterwards.
+func (n *MemNetwork) SetBatchSize(size int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.batch = Options{BatchSize: size}.batchSize()
+}
+
+// SetFilter installs f (nil removes it) for datagrams written from now on.
+func (n *MemNetwork) SetFilter(f Filter) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.filter = f
+}
+
+// Stats returns the network-level counters: DropUnknownDest and DropFiltered, plus the sum of
+// DropOverflow over the endpoints still bound.
+func (n *MemNetwork) Stats() Stats {
+	s := n.stats.snapshot()
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	for _, c := range n.conns {
+		s.DropOverflow += c.stats.dropOverflow.Load()
+	}
+	return s
+}
+
+// Wait waits for datagrams delayed by a filter to be delivered or dropped.
+func (n *MemNetwork) Wait() { n.timers.Wait() }
+
+// Listen binds an endpoint at addr; port 0 picks a free port. No sockets are involved, so any
+// address works; an unspecified address receives datagrams for its port not bound more exactly.
+func (n *MemNetwork) Listen(addr netip.AddrPort) (Conn, error) {
+	if !addr.Addr().IsValid() {
+		return nil, fmt.Errorf("conn: mem listen: invalid address %v", addr)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if addr.Port() == 0 {
+		for i := 0; ; i++ {
+			if i == 1<<16-firstMemPort {
+				return nil, fmt.Errorf("conn: mem listen %v: no free port", addr.Addr())
+			}
+			p := n.nextPort
+			n.nextPort++
+			if n.nextPort == 0 {
+				n.nextPort = firstMemPort
+			}
+			if _, used := n.conns[netip.AddrPortFrom(addr.Addr(), p)]; !used {
+				addr = netip.AddrPortFrom(addr.Addr(), p)
+				break
+			}
+		}
+	}
+	if _, used := n.conns[addr]; used {
+		return nil, fmt.Errorf("conn: mem listen %v: address in use", addr)
+	}
+	c := &memConn{net: n, local: addr, batch: n.batch, q: make([]memDatagram, n.queueLen)}
+	c.cond.L = &c.mu
+	n.conns[addr] = c
+	return c, nil
+}
+
+// lookup finds the endpoint for dst. Caller holds n.mu (read).
+func (n *MemNetwork) lookup(dst netip.AddrPort) *memConn {
+	if c := n.conns[dst]; c != nil {
+		return c
+	}
+	a := dst.Addr().Unmap()
+	unspec := netip.IPv4Unspecified()
+	if a.Is6() {
+		unspec = netip.IPv6Unspecified()
+	}
+	return n.conns[netip.AddrPortFrom(unspec, dst.Port())]
+}
+
+// send carries one datagram from src; it never blocks on the receiver.
+func (n *MemNetwork) send(m *Message, src netip.AddrPort) {
+	n.mu.RLock()
+	f := n.filter
+	dst := n.lookup(m.Addr)
+	n.mu.RUnlock()
+	if dst == nil {
+		n.stats.dropUnknownDest.Add(1)
+		return
+	}
+	if f == nil {
+		dst.deliver(m.Buf, src, m.Addr.Addr(), m.TOS)
+		return
+	}
+	n.filterMu.Lock()
+	defer n.filterMu.Unlock()
+	n.scratch = append(n.scratch[:0], m.Buf...)
+	fm := Message{Buf: n.scratch, Addr: m.Addr, TOS: m.TOS}
+	v := f(&fm, src)
+	if v.Drop {
+		n.stats.dropFiltered.Add(1)
+		return
+	}
+	buf := fm.Buf
+	if v.Delay > 0 {
+		buf = append([]byte(nil), buf...)
+		to, tos := fm.Addr, fm.TOS
+		n.timers.Add(1)
+		time.AfterFunc(v.Delay, func() {
+			defer n.timers.Done()
+			n.mu.RLock()
+			dst := n.lookup(to)
+			n.mu.RUnlock()
+			if dst == nil {
+				n.stats.dropUnknownDest.Add(1)
+				return
+			}
+			for range 1 + v.Duplicates {
+				dst.deliver(buf, src, to.Addr(), tos)
+			}
+		})
+		return
+	}
+	for range 1 + v.Duplicates {
+		dst.deliver(buf, src, fm.Addr.Addr(), fm.TOS)
+	}
+}
+
+// memDatagram is one queued datagram; its buf is reused by later datagrams in the same slot.
+type memDatagram struct {
+	buf  []byte
+	from netip.AddrPort
+	to   netip.Addr
+	tos  uint8
+}
+
+// memConn is an endpoint of a MemNetwork. mu guards the queue (a ring of len(q) slots, n of
+// them full from head) and closed; cond, on mu, wakes a blocked ReadBatch.
+type memConn struct {
+	net   *MemNetwork
+	local netip.AddrPort
+	batch int
+	stats counters
+
+	mu     sync.Mutex
+	cond   sync.Cond
+	q      []memDatagram
+	head   int
+	n      int
+	closed bool
+}
+
+func (c *memConn) deliver(b []byte, from netip.AddrPort, to netip.Addr, tos uint8) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		c.net.stats.dropUnknownDest.Add(1)
+		return
+	}
+	if c.n == len(c.q) {
+		c.stats.dropOverflow.Add(1)
+		return
+	}
+	d := &c.q[(c.head+c.n)%len(c.q)]
+	d.buf = append(d.buf[:0], b...)
+	d.from, d.to, d.tos = from, to, tos
+	c.n++
+	c.cond.Signal()
+}
+
+// ReadBatch blocks until a datagram is queued or the endpoint is closed.
+func (c *memConn) ReadBatch(msgs []Message) (int, error) {
+	c.mu.Lock()
+	for c.n == 0 && !c.closed {
+		c.cond.Wait()
+	}
+	if c.closed {
+		c.mu.Unlock()
+		return 0, ErrClosed
+	}
+	k := min(len(msgs), c.n, c.batch)
+	var bytes, trunc uint64
+	for i := range k {
+		d := &c.q[c.head]
+		m := &msgs[i]
+		m.N = copy(m.Buf[:cap(m.Buf)], d.buf)
+		m.Truncated = m.N < len(d.buf)
+		if m.Truncated {
+			trunc++
+		}
+		m.Addr, m.Local, m.TOS = d.from, d.to, d.tos
+		bytes += uint64(m.N)
+		c.head = (c.head + 1) % len(c.q)
+		c.n--
+	}
+	c.mu.Unlock()
+	if k > 0 {
+		c.stats.readBatches.Add(1)
+		c.stats.datagramsIn.Add(uint64(k))
+		c.stats.bytesIn.Add(bytes)
+		c.stats.dropTruncated.Add(trunc)
+	}
+	return k, nil
+}
+
+// WriteBatch copies each datagram to its destination's queue. Datagrams to unbound addresses,
+// filtered out or overflowing the receiver's queue are dropped and counted.
+func (c *memConn) WriteBatch(msgs []Message) (int, error) {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return 0, ErrClosed
+	}
+	var bytes uint64
+	for i := range msgs {
+		c.net.send(&msgs[i], c.local)
+		bytes += uint64(len(msgs[i].Buf))
+	}
+	c.stats.writeBatches.Add(1)
+	c.stats.datagramsOut.Add(uint64(len(msgs)))
+	c.stats.bytesOut.Add(bytes)
+	return len(msgs), nil
+}
+
+func (c *memConn) LocalAddr() netip.AddrPort { return c.local }
+func (c *memConn) BatchSize() int            { return c.batch }
+
+// Stats returns the endpoint's counters; DropOverflow counts datagrams lost at its queue.
+func (c *memConn) Stats() Stats { return c.stats.snapshot() }
+
+// Close unbinds the endpoint and wakes its reader. Closing twice returns nil.
+func (c *memConn) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	c.net.mu.Lock()
+	if c.net.conns[c.local] == c {
+		delete(c.net.conns, c.local)
+	}
+	c.net.mu.Unlock()
+	return nil
+}

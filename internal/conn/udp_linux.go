@@ -1,0 +1,507 @@
+//go:build linux
+
+package conn
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// oobSize is the control buffer per received datagram: a TOS/TCLASS message (CmsgSpace(4)) and a
+// PKTINFO message (CmsgSpace(20) for in6_pktinfo), with room to spare.
+const oobSize = 96
+
+// UDPConn is the Linux Conn: an unconnected UDP socket driven with recvmmsg/sendmmsg through
+// the Go netpoller. Each direction owns preallocated mmsghdr, iovec, sockaddr and control
+// arrays, so ReadBatch and WriteBatch allocate nothing in steady state.
+//
+// Concurrency: ReadBatch calls serialize on rmu, WriteBatch calls on wmu; a reader and a writer
+// run in parallel. Close may be called from any goroutine, any number of times; it unblocks a
+// ReadBatch waiting in the poller. Lock order: none (rmu and wmu are never held together).
+type UDPConn struct {
+	udp       *net.UDPConn
+	raw       syscall.RawConn
+	local     netip.AddrPort
+	v6        bool
+	batch     int
+	alwaysTOS bool
+	recvBuf   int // SO_RCVBUF as the kernel reports it
+	sendBuf   int // SO_SNDBUF as the kernel reports it
+	closed    atomic.Bool
+	stats     counters
+
+	rmu   sync.Mutex // guards the fields below, the receive side
+	rhdr  []unix.Mmsghdr
+	riov  []unix.Iovec
+	rname []unix.RawSockaddrInet6
+	roob  []byte
+	rn    int        // entries handed to recvmmsg
+	rgot  int        // entries recvmmsg filled
+	rerr  unix.Errno // recvmmsg's error, other than EAGAIN
+	rfn   func(fd uintptr) bool
+
+	wmu   sync.Mutex // guards the fields below, the send side
+	whdr  []unix.Mmsghdr
+	wiov  []unix.Iovec
+	wname []unix.RawSockaddrInet6
+	woob  []byte
+	wn    int
+	wgot  int
+	werr  unix.Errno
+	wfn   func(fd uintptr) bool
+}
+
+var _ Conn = (*UDPConn)(nil)
+
+// Listen opens a RoCEv2 UDP socket bound to addr (normally port 4791; port 0 picks one), with
+// DF set (IP_PMTUDISC_DO, which also makes Linux send IP identification 0 from an unconnected
+// socket, as the RoCEv2 ICRC requires), TOS and destination address reported on receive, and
+// the buffer sizes opts asks for.
+func Listen(addr netip.AddrPort, opts Options) (Conn, error) {
+	c, err := ListenUDP(addr, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// ListenUDP is Listen returning the concrete type, for Stats and BufferSizes.
+func ListenUDP(addr netip.AddrPort, opts Options) (*UDPConn, error) {
+	if !addr.IsValid() {
+		return nil, fmt.Errorf("conn: listen: invalid address %v", addr)
+	}
+	v6 := addr.Addr().Is6() && !addr.Addr().Is4In6()
+	network := "udp4"
+	if v6 {
+		network = "udp6"
+	} else {
+		addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
+	}
+	udp, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(addr))
+	if err != nil {
+		return nil, fmt.Errorf("conn: listen: %w", err)
+	}
+	raw, err := udp.SyscallConn()
+	if err != nil {
+		udp.Close()
+		return nil, fmt.Errorf("conn: listen: %w", err)
+	}
+	c := &UDPConn{
+		udp:       udp,
+		raw:       raw,
+		local:     udp.LocalAddr().(*net.UDPAddr).AddrPort(),
+		v6:        v6,
+		batch:     opts.batchSize(),
+		alwaysTOS: opts.AlwaysTOS,
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) { serr = c.configure(int(fd), opts) }); err != nil {
+		serr = err
+	}
+	if serr != nil {
+		udp.Close()
+		return nil, fmt.Errorf("conn: listen %v: %w", addr, serr)
+	}
+	c.alloc()
+	return c, nil
+}
+
+// configure sets the socket options; see Listen.
+func (c *UDPConn) configure(fd int, opts Options) error {
+	type opt struct {
+		level, name, value int
+		what               string
+	}
+	set := []opt{
+		{unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO, "IP_MTU_DISCOVER"},
+		{unix.IPPROTO_IP, unix.IP_RECVTOS, 1, "IP_RECVTOS"},
+		{unix.IPPROTO_IP, unix.IP_PKTINFO, 1, "IP_PKTINFO"},
+	}
+	if c.v6 {
+		set = []opt{
+			{unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO, "IPV6_MTU_DISCOVER"},
+			{unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1, "IPV6_RECVTCLASS"},
+			{unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1, "IPV6_RECVPKTINFO"},
+		}
+	}
+	for _, o := range set {
+		if err := unix.SetsockoptInt(fd, o.level, o.name, o.value); err != nil {
+			return os.NewSyscallError("setsockopt "+o.what, err)
+		}
+	}
+	setBuffer(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, opts.recvBuffer())
+	setBuffer(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, opts.sendBuffer())
+	var err error
+	if c.recvBuf, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF); err != nil {
+		return os.NewSyscallError("getsockopt SO_RCVBUF", err)
+	}
+	if c.sendBuf, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF); err != nil {
+		return os.NewSyscallError("getsockopt SO_SNDBUF", err)
+	}
+	return nil
+}
+
+// setBuffer asks for size bytes with the privileged option first (it ignores the rmem_max /
+// wmem_max cap), falling back silently to the capped one. A negative size keeps the default.
+func setBuffer(fd, force, plain, size int) {
+	if size < 0 {
+		return
+	}
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, size) == nil {
+		return
+	}
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, plain, size) // best effort: the kernel clamps
+}
+
+// alloc builds the per-direction arrays and points each header at its slots once; only buffer
+// pointers and lengths change per call.
+func (c *UDPConn) alloc() {
+	n := c.batch
+	c.rhdr, c.riov, c.rname, c.roob = make([]unix.Mmsghdr, n), make([]unix.Iovec, n), make([]unix.RawSockaddrInet6, n), make([]byte, n*oobSize)
+	c.whdr, c.wiov, c.wname, c.woob = make([]unix.Mmsghdr, n), make([]unix.Iovec, n), make([]unix.RawSockaddrInet6, n), make([]byte, n*tosSpace)
+	for i := range n {
+		h := &c.rhdr[i].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&c.rname[i]))
+		h.Iov = &c.riov[i]
+		h.SetIovlen(1)
+		h.Control = &c.roob[i*oobSize]
+		h = &c.whdr[i].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&c.wname[i]))
+		h.Iov = &c.wiov[i]
+		h.SetIovlen(1)
+	}
+	c.rfn = c.recvmmsg
+	c.wfn = c.sendmmsg
+}
+
+// BufferSizes returns the socket's SO_RCVBUF and SO_SNDBUF as the kernel reports them, which
+// is twice the payload bytes granted (Linux doubles the request to account for overhead).
+func (c *UDPConn) BufferSizes() (recv, send int) { return c.recvBuf, c.sendBuf }
+
+// Stats returns a snapshot of the counters.
+func (c *UDPConn) Stats() Stats { return c.stats.snapshot() }
+
+// LocalAddr returns the bound address.
+func (c *UDPConn) LocalAddr() netip.AddrPort { return c.local }
+
+// BatchSize is the largest batch one system call moves.
+func (c *UDPConn) BatchSize() int { return c.batch }
+
+// Close closes the socket, unblocking a ReadBatch. Closing twice returns nil.
+func (c *UDPConn) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	return c.udp.Close()
+}
+
+// recvmmsg is the poller callback of ReadBatch: false asks the poller to wait for readability.
+func (c *UDPConn) recvmmsg(fd uintptr) bool {
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&c.rhdr[0])), uintptr(c.rn), unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+			c.rgot, c.rerr = int(n), 0
+			return true
+		case unix.EAGAIN:
+			return false
+		case unix.EINTR:
+			continue
+		}
+		c.rgot, c.rerr = 0, e
+		return true
+	}
+}
+
+// sendmmsg is the poller callback of WriteBatch.
+func (c *UDPConn) sendmmsg(fd uintptr) bool {
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&c.whdr[0])), uintptr(c.wn), unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+			c.wgot, c.werr = int(n), 0
+			return true
+		case unix.EAGAIN:
+			return false
+		case unix.EINTR:
+			continue
+		}
+		c.wgot, c.werr = 0, e
+		return true
+	}
+}
+
+// pollErr maps an error of the netpoller (not of the system call) to ErrClosed where it is one.
+func (c *UDPConn) pollErr(err error) error {
+	if c.closed.Load() || errors.Is(err, net.ErrClosed) {
+		return ErrClosed
+	}
+	return err
+}
+
+// ReadBatch blocks until at least one datagram arrives and fills up to min(len(msgs),
+// BatchSize()) of them: Buf[:N], Addr, Local, TOS and Truncated. Each Buf may be filled to its
+// capacity.
+func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if c.closed.Load() {
+		return 0, ErrClosed
+	}
+	n := min(len(msgs), c.batch)
+	if n == 0 {
+		return 0, nil
+	}
+	for {
+		for i := range n {
+			b := msgs[i].Buf[:cap(msgs[i].Buf)]
+			iov := &c.riov[i]
+			if len(b) > 0 {
+				iov.Base = &b[0]
+			} else {
+				iov.Base = nil
+			}
+			iov.SetLen(len(b))
+			h := &c.rhdr[i]
+			h.Hdr.Namelen = unix.SizeofSockaddrInet6
+			h.Hdr.SetControllen(oobSize)
+			h.Hdr.Flags = 0
+			h.Len = 0
+		}
+		c.rn = n
+		err := c.raw.Read(c.rfn)
+		for i := range n {
+			c.riov[i].Base = nil // do not keep the caller's buffers reachable
+		}
+		if err != nil {
+			return 0, c.pollErr(err)
+		}
+		if c.rerr == 0 {
+			break
+		}
+		if peerErr(c.rerr) {
+			// A queued ICMP error (with IP_RECVERR, or on a connected socket): not ours to return.
+			c.stats.dropRefused.Add(1)
+			continue
+		}
+		return 0, os.NewSyscallError("recvmmsg", c.rerr)
+	}
+	got := c.rgot
+	var bytes, trunc uint64
+	for i := range got {
+		h := &c.rhdr[i]
+		m := &msgs[i]
+		m.N = int(h.Len)
+		m.Truncated = h.Hdr.Flags&unix.MSG_TRUNC != 0
+		if m.Truncated {
+			trunc++
+		}
+		bytes += uint64(m.N)
+		m.Addr = c.sockaddr(&c.rname[i])
+		m.Local, m.TOS = parseControl(c.roob[i*oobSize : i*oobSize+int(h.Hdr.Controllen)])
+	}
+	c.stats.readBatches.Add(1)
+	c.stats.datagramsIn.Add(uint64(got))
+	c.stats.bytesIn.Add(bytes)
+	if trunc > 0 {
+		c.stats.dropTruncated.Add(trunc)
+	}
+	return got, nil
+}
+
+// sockaddr decodes a received source address.
+func (c *UDPConn) sockaddr(sa *unix.RawSockaddrInet6) netip.AddrPort {
+	port := binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:])
+	if sa.Family == unix.AF_INET {
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		return netip.AddrPortFrom(netip.AddrFrom4(sa4.Addr), port)
+	}
+	a := netip.AddrFrom16(sa.Addr)
+	if sa.Scope_id != 0 && (a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast()) {
+		a = a.WithZone(strconv.FormatUint(uint64(sa.Scope_id), 10)) // rare; allocates
+	}
+	return netip.AddrPortFrom(a, port)
+}
+
+// parseControl extracts the destination address and TOS from received control messages without
+// allocating (unix.ParseSocketControlMessage allocates).
+func parseControl(b []byte) (local netip.Addr, tos uint8) {
+	hdr := unix.CmsgLen(0)
+	for len(b) >= hdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		l := int(h.Len)
+		if l < hdr || l > len(b) {
+			break
+		}
+		data := b[hdr:l]
+		switch {
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TOS && len(data) >= 1:
+			tos = data[0] // Linux delivers IP_TOS as one byte
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
+			local = netip.AddrFrom4(([4]byte)(data[8:12])) // in_pktinfo.ipi_addr: the header destination
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(data) >= 4:
+			tos = uint8(binary.NativeEndian.Uint32(data))
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_PKTINFO && len(data) >= unix.SizeofInet6Pktinfo:
+			local = netip.AddrFrom16(([16]byte)(data[:16]))
+		}
+		next := unix.CmsgSpace(l - hdr)
+		if next >= len(b) {
+			break
+		}
+		b = b[next:]
+	}
+	return local, tos
+}
+
+// tosSpace is the control buffer per sent datagram: one IP_TOS or IPV6_TCLASS int.
+var tosSpace = unix.CmsgSpace(4)
+
+// WriteBatch sends msgs in order in system calls of up to BatchSize datagrams and returns how
+// many were sent. Datagrams the kernel refuses individually (EMSGSIZE, ECONNREFUSED,
+// unreachable, ENOBUFS) or that have an unusable destination are counted as sent and dropped,
+// by reason in Stats; only errors concerning the socket are returned.
+func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.closed.Load() {
+		return 0, ErrClosed
+	}
+	sent := 0
+	for sent < len(msgs) {
+		k := 0
+		for k < c.batch && sent+k < len(msgs) && c.prepareWrite(k, &msgs[sent+k]) {
+			k++
+		}
+		if k == 0 {
+			c.stats.dropBadAddr.Add(1)
+			c.stats.datagramsOut.Add(1)
+			sent++
+			continue
+		}
+		c.wn = k
+		err := c.raw.Write(c.wfn)
+		for i := range k {
+			c.wiov[i].Base = nil
+		}
+		if err != nil {
+			return sent, c.pollErr(err)
+		}
+		c.stats.writeBatches.Add(1)
+		var bytes uint64
+		for i := range c.wgot {
+			bytes += uint64(len(msgs[sent+i].Buf))
+		}
+		c.stats.bytesOut.Add(bytes)
+		c.stats.datagramsOut.Add(uint64(c.wgot))
+		sent += c.wgot
+		if c.werr == 0 {
+			continue
+		}
+		// The datagram at msgs[sent] failed with werr.
+		if ctr := c.dropCounter(c.werr); ctr != nil {
+			ctr.Add(1)
+			c.stats.datagramsOut.Add(1)
+			sent++
+			continue
+		}
+		return sent, os.NewSyscallError("sendmmsg", c.werr)
+	}
+	return sent, nil
+}
+
+// prepareWrite fills header slot i for m, or reports false if m's destination is unusable.
+func (c *UDPConn) prepareWrite(i int, m *Message) bool {
+	sa := &c.wname[i]
+	h := &c.whdr[i].Hdr
+	a := m.Addr.Addr()
+	if !a.IsValid() || m.Addr.Port() == 0 {
+		return false
+	}
+	if c.v6 {
+		*sa = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: a.As16()}
+		if z := a.Zone(); z != "" {
+			sa.Scope_id = scopeID(z)
+		}
+		h.Namelen = unix.SizeofSockaddrInet6
+	} else {
+		if !a.Unmap().Is4() {
+			return false
+		}
+		*(*unix.RawSockaddrInet4)(unsafe.Pointer(sa)) = unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: a.Unmap().As4()}
+		h.Namelen = unix.SizeofSockaddrInet4
+	}
+	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:], m.Addr.Port())
+
+	iov := &c.wiov[i]
+	if len(m.Buf) > 0 {
+		iov.Base = &m.Buf[0]
+	} else {
+		iov.Base = nil
+	}
+	iov.SetLen(len(m.Buf))
+
+	if m.TOS == 0 && !c.alwaysTOS {
+		h.Control = nil
+		h.SetControllen(0)
+	} else {
+		oob := c.woob[i*tosSpace : (i+1)*tosSpace]
+		ch := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		ch.Level, ch.Type = unix.IPPROTO_IP, unix.IP_TOS
+		if c.v6 {
+			ch.Level, ch.Type = unix.IPPROTO_IPV6, unix.IPV6_TCLASS
+		}
+		ch.SetLen(unix.CmsgLen(4))
+		binary.NativeEndian.PutUint32(oob[unix.CmsgLen(0):], uint32(m.TOS))
+		h.Control = &oob[0]
+		h.SetControllen(tosSpace)
+	}
+	return true
+}
+
+// scopeID resolves an IPv6 zone (an interface name or index) to a scope ID; 0 if unknown.
+func scopeID(zone string) uint32 {
+	if n, err := strconv.ParseUint(zone, 10, 32); err == nil {
+		return uint32(n)
+	}
+	if ifi, err := net.InterfaceByName(zone); err == nil {
+		return uint32(ifi.Index)
+	}
+	return 0
+}
+
+// peerErr reports errors that describe one datagram's fate on the network rather than the socket.
+func peerErr(e unix.Errno) bool {
+	switch e {
+	case unix.ECONNREFUSED, unix.EHOSTUNREACH, unix.ENETUNREACH, unix.EHOSTDOWN, unix.ENETDOWN:
+		return true
+	}
+	return false
+}
+
+// dropCounter returns the counter for a per-datagram send error, or nil for a socket error.
+func (c *UDPConn) dropCounter(e unix.Errno) *atomic.Uint64 {
+	switch e {
+	case unix.EMSGSIZE:
+		return &c.stats.dropTooBig
+	case unix.ECONNREFUSED:
+		return &c.stats.dropRefused
+	case unix.EHOSTUNREACH, unix.ENETUNREACH, unix.EHOSTDOWN, unix.ENETDOWN, unix.EPERM, unix.EACCES:
+		return &c.stats.dropUnreachable // EPERM/EACCES: a firewall rule or a broadcast address
+	case unix.ENOBUFS:
+		return &c.stats.dropNoBuffer
+	case unix.EAFNOSUPPORT, unix.EADDRNOTAVAIL, unix.EDESTADDRREQ:
+		return &c.stats.dropBadAddr
+	}
+	return nil
+}

@@ -1,0 +1,304 @@
+//go:build linux
+
+package conn
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func forEachFamily(t *testing.T, f func(t *testing.T, addr netip.AddrPort)) {
+	for _, addr := range []netip.AddrPort{loop4, loop6} {
+		name := "IPv4"
+		if addr.Addr().Is6() {
+			name = "IPv6"
+		}
+		t.Run(name, func(t *testing.T) { f(t, addr) })
+	}
+}
+
+func TestUDPRoundTrip(t *testing.T) {
+	forEachFamily(t, func(t *testing.T, addr netip.AddrPort) {
+		a, b := udpPair(t, addr, Options{})
+		want := payload(1, 300)
+		n, err := a.WriteBatch([]Message{{Buf: want, Addr: b.LocalAddr()}})
+		if n != 1 || err != nil {
+			t.Fatalf("WriteBatch = %d, %v", n, err)
+		}
+		m := readN(t, b, 1, 2048)[0]
+		checkDatagram(t, m, want, a.LocalAddr())
+		if m.Local != addr.Addr() {
+			t.Errorf("Local = %v, want %v", m.Local, addr.Addr())
+		}
+		if m.TOS != 0 {
+			t.Errorf("TOS = %#x, want 0", m.TOS)
+		}
+		// And back, to the address the datagram came from.
+		if _, err := b.WriteBatch([]Message{{Buf: want[:7], Addr: m.Addr}}); err != nil {
+			t.Fatal(err)
+		}
+		checkDatagram(t, readN(t, a, 1, 2048)[0], want[:7], b.LocalAddr())
+
+		sa, sb := a.Stats(), b.Stats()
+		if sa.DatagramsOut != 1 || sa.BytesOut != 300 || sa.DatagramsIn != 1 || sa.BytesIn != 7 {
+			t.Errorf("a stats = %+v", sa)
+		}
+		if sb.DatagramsIn != 1 || sb.BytesIn != 300 || sb.DatagramsOut != 1 || sb.ReadBatches != 1 {
+			t.Errorf("b stats = %+v", sb)
+		}
+	})
+}
+
+// TestUDPFullBatch writes more than a batch in one call (two sendmmsg calls) and reads them
+// back in order through full recvmmsg batches.
+func TestUDPFullBatch(t *testing.T) {
+	forEachFamily(t, func(t *testing.T, addr netip.AddrPort) {
+		const batch = 16
+		a, b := udpPair(t, addr, Options{BatchSize: batch})
+		const total = 2*batch + 3
+		msgs := make([]Message, total)
+		for i := range msgs {
+			msgs[i] = Message{Buf: payload(i, 64+i), Addr: b.LocalAddr()}
+		}
+		if n, err := a.WriteBatch(msgs); n != total || err != nil {
+			t.Fatalf("WriteBatch = %d, %v", n, err)
+		}
+		got := readN(t, b, total, 2048)
+		for i, m := range got {
+			checkDatagram(t, m, msgs[i].Buf, a.LocalAddr())
+		}
+		if s := a.Stats(); s.WriteBatches != 3 || s.DatagramsOut != total {
+			t.Errorf("writer stats = %+v, want 3 batches of %d datagrams", s, total)
+		}
+		// A full batch is read by one call once it is queued.
+		msgs2 := newMessages(batch, 2048)
+		if n, err := a.WriteBatch(msgs[:batch]); n != batch || err != nil {
+			t.Fatal(n, err)
+		}
+		n := 0
+		for n < batch {
+			k, err := b.ReadBatch(msgs2[n:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += k
+		}
+	})
+}
+
+func TestUDPTOS(t *testing.T) {
+	forEachFamily(t, func(t *testing.T, addr netip.AddrPort) {
+		a, b := udpPair(t, addr, Options{})
+		tos := []uint8{0x02, 0xb8, 0x00, 0x03, 0xbb, 0x01}
+		msgs := make([]Message, len(tos))
+		for i, v := range tos {
+			msgs[i] = Message{Buf: payload(i, 100), Addr: b.LocalAddr(), TOS: v}
+		}
+		if _, err := a.WriteBatch(msgs); err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range readN(t, b, len(tos), 2048) {
+			checkDatagram(t, m, msgs[i].Buf, a.LocalAddr())
+			if m.TOS != tos[i] {
+				t.Errorf("datagram %d: TOS = %#02x, want %#02x", i, m.TOS, tos[i])
+			}
+		}
+	})
+}
+
+func TestUDPAlwaysTOS(t *testing.T) {
+	a, b := udpPair(t, loop4, Options{AlwaysTOS: true})
+	if _, err := a.WriteBatch([]Message{{Buf: []byte("x"), Addr: b.LocalAddr()}, {Buf: []byte("y"), Addr: b.LocalAddr(), TOS: 0xb8}}); err != nil {
+		t.Fatal(err)
+	}
+	got := readN(t, b, 2, 64)
+	if got[0].TOS != 0 || got[1].TOS != 0xb8 {
+		t.Errorf("TOS = %#x, %#x; want 0, 0xb8", got[0].TOS, got[1].TOS)
+	}
+}
+
+func TestUDPTruncated(t *testing.T) {
+	a, b := udpPair(t, loop4, Options{})
+	big, small := payload(1, 1000), payload(2, 10)
+	if _, err := a.WriteBatch([]Message{{Buf: big, Addr: b.LocalAddr()}, {Buf: small, Addr: b.LocalAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	got := readN(t, b, 2, 100)
+	if !got[0].Truncated || got[0].N != 100 || string(got[0].Buf[:100]) != string(big[:100]) {
+		t.Errorf("big: Truncated=%v N=%d, want true, 100", got[0].Truncated, got[0].N)
+	}
+	checkDatagram(t, got[1], small, a.LocalAddr())
+	if s := b.Stats(); s.DropTruncated != 1 {
+		t.Errorf("DropTruncated = %d, want 1", s.DropTruncated)
+	}
+	// A zero-capacity buffer is all truncation, not an error.
+	if _, err := a.WriteBatch([]Message{{Buf: small, Addr: b.LocalAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	m := []Message{{}}
+	if n, err := b.ReadBatch(m); n != 1 || err != nil || !m[0].Truncated || m[0].N != 0 {
+		t.Errorf("zero-capacity read = %d, %v, %+v", n, err, m[0])
+	}
+}
+
+// TestUDPDropsPerMessage checks that datagrams the kernel refuses one by one are reported as
+// sent and counted, and that the rest of the batch still goes.
+func TestUDPDropsPerMessage(t *testing.T) {
+	a, b := udpPair(t, loop4, Options{})
+	tooBig := make([]byte, maxUDPPayload+1) // EMSGSIZE
+	msgs := []Message{
+		{Buf: payload(1, 50), Addr: b.LocalAddr()},
+		{Buf: tooBig, Addr: b.LocalAddr()},
+		{Buf: payload(2, 50), Addr: netip.AddrPort{}},                            // invalid
+		{Buf: payload(3, 50), Addr: netip.MustParseAddrPort("[::1]:9")},          // wrong family
+		{Buf: payload(4, 50), Addr: netip.AddrPortFrom(b.LocalAddr().Addr(), 0)}, // port 0
+		{Buf: payload(5, 50), Addr: b.LocalAddr()},
+	}
+	n, err := a.WriteBatch(msgs)
+	if n != len(msgs) || err != nil {
+		t.Fatalf("WriteBatch = %d, %v; want %d, nil", n, err, len(msgs))
+	}
+	got := readN(t, b, 2, 2048)
+	checkDatagram(t, got[0], msgs[0].Buf, a.LocalAddr())
+	checkDatagram(t, got[1], msgs[5].Buf, a.LocalAddr())
+	s := a.Stats()
+	if s.DropTooBig != 1 || s.DropBadAddr != 3 || s.DatagramsOut != uint64(len(msgs)) || s.BytesOut != 100 {
+		t.Errorf("stats = %+v", s)
+	}
+}
+
+func TestUDPCloseUnblocksRead(t *testing.T) {
+	base := runtime.NumGoroutine()
+	c, err := Listen(loop4, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error)
+	go func() {
+		_, err := c.ReadBatch(newMessages(4, 64))
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // let the reader park in the poller; correct either way
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, ErrClosed) {
+		t.Errorf("blocked ReadBatch = %v, want ErrClosed", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second Close = %v", err)
+	}
+	if _, err := c.ReadBatch(newMessages(1, 64)); !errors.Is(err, ErrClosed) {
+		t.Errorf("ReadBatch after Close = %v", err)
+	}
+	if _, err := c.WriteBatch([]Message{{Buf: []byte{1}, Addr: netip.MustParseAddrPort("127.0.0.1:9")}}); !errors.Is(err, ErrClosed) {
+		t.Errorf("WriteBatch after Close = %v", err)
+	}
+	waitGoroutines(t, base)
+}
+
+func TestUDPAllocs(t *testing.T) {
+	forEachFamily(t, func(t *testing.T, addr netip.AddrPort) {
+		const batch = 8
+		a, b := udpPair(t, addr, Options{BatchSize: batch})
+		out := make([]Message, batch)
+		for i := range out {
+			out[i] = Message{Buf: payload(i, 200), Addr: b.LocalAddr()}
+			if i%2 == 1 {
+				out[i].TOS = 0x02 // both the plain and the control-message paths
+			}
+		}
+		in := newMessages(batch, 2048)
+		roundTrip := func() {
+			if n, err := a.WriteBatch(out); n != batch || err != nil {
+				t.Fatalf("WriteBatch = %d, %v", n, err)
+			}
+			for got := 0; got < batch; {
+				n, err := b.ReadBatch(in[got:])
+				if err != nil {
+					t.Fatal(err)
+				}
+				got += n
+			}
+		}
+		roundTrip()
+		if allocs := testing.AllocsPerRun(200, roundTrip); allocs != 0 {
+			t.Errorf("allocations per write+read of %d datagrams = %v, want 0", batch, allocs)
+		}
+	})
+}
+
+func TestUDPOptions(t *testing.T) {
+	forEachFamily(t, func(t *testing.T, addr netip.AddrPort) {
+		const want = 2 << 20
+		c, _ := udpPair(t, addr, Options{RecvBuffer: want, SendBuffer: want})
+		recv, send := c.BufferSizes()
+		t.Logf("SO_RCVBUF %d, SO_SNDBUF %d (kernel accounting, twice the payload bytes)", recv, send)
+		if recv < want || send < want {
+			t.Errorf("BufferSizes = %d, %d; want at least %d (rmem_max and wmem_max permitting)", recv, send, want)
+		}
+		if c.BatchSize() != DefaultBatchSize {
+			t.Errorf("BatchSize = %d", c.BatchSize())
+		}
+		level, name := unix.IPPROTO_IP, unix.IP_MTU_DISCOVER
+		if addr.Addr().Is6() {
+			level, name = unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER
+		}
+		var v int
+		var gerr error
+		if err := c.raw.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), level, name) }); err != nil || gerr != nil {
+			t.Fatal(err, gerr)
+		}
+		if v != unix.IP_PMTUDISC_DO { // IPV6_PMTUDISC_DO has the same value
+			t.Errorf("MTU discover = %d, want PMTUDISC_DO", v)
+		}
+	})
+}
+
+func TestListenErrors(t *testing.T) {
+	if _, err := Listen(netip.AddrPort{}, Options{}); err == nil {
+		t.Error("Listen(invalid) succeeded")
+	}
+	c, err := Listen(loop4, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := Listen(c.LocalAddr(), Options{}); err == nil {
+		t.Errorf("second Listen(%v) succeeded", c.LocalAddr())
+	}
+	if c2, err := Listen(loop4, Options{BatchSize: 1 << 20}); err != nil || c2.BatchSize() != MaxBatchSize {
+		t.Errorf("huge BatchSize: %v, %v", c2, err)
+	} else {
+		c2.Close()
+	}
+}
+
+func TestUDPMarkCE(t *testing.T) {
+	a, b := udpPair(t, loop4, Options{})
+	ce := MarkCE(a, 100, 1)
+	if _, err := ce.WriteBatch([]Message{{Buf: []byte("0123"), Addr: b.LocalAddr(), TOS: 0x02}, {Buf: []byte("4567"), Addr: b.LocalAddr(), TOS: 0xb8}}); err != nil {
+		t.Fatal(err)
+	}
+	got := readN(t, b, 2, 64)
+	if got[0].TOS != 0x03 || got[1].TOS != 0xbb {
+		t.Errorf("TOS after MarkCE through the kernel = %#x, %#x; want 0x03, 0xbb", got[0].TOS, got[1].TOS)
+	}
+}
+
+func ExampleListen() {
+	c, err := Listen(netip.MustParseAddrPort("127.0.0.1:0"), Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	fmt.Println(c.BatchSize())
+	// Output: 64
+}
