@@ -49,6 +49,10 @@ func (c *completer) armTimer(q *QP, now time.Time) {
 // progress records a valid response: the retry counters start over (IBA C9-139; rxe
 // reset_retry_counters) and the timer restarts while requests remain outstanding.
 func (c *completer) progress(q *QP, now time.Time) {
+	if c.psn.After(q.req.psn) {
+		// Responses to the first transmission acknowledged what a retry has not resent yet: skip it.
+		q.rewind()
+	}
 	c.retrying = false
 	c.retryLeft = q.attr.RetryCnt
 	c.rnrLeft = q.attr.RNRRetry
@@ -66,8 +70,9 @@ func (c *completer) handle(q *QP, now time.Time, p wire.Packet) {
 		return
 	}
 	psn := p.BTH().PSN()
-	// A response can only be for a PSN already sent: one at or past the next PSN answers nothing.
-	if !psn.Before(q.req.psn) {
+	// A response can only be for a PSN already sent: one at or past the highest answers nothing. (After
+	// a go-back-N rewind, responses to the first transmissions are still welcome.)
+	if !psn.Before(q.req.max) {
 		q.counters.drop(&q.counters.DropGhostResponse)
 		return
 	}
@@ -89,8 +94,11 @@ func (c *completer) ackThrough(q *QP, psn wire.PSN) bool {
 	if psn.Before(c.psn) {
 		return true // acknowledges nothing new
 	}
-	for q.sq.n > 0 && q.req.next > 0 {
+	for q.sq.n > 0 {
 		w := q.sq.front()
+		if !w.assigned {
+			break
+		}
 		if w.wr.Opcode.isReadAtomic() {
 			if !w.firstPSN.After(psn) && !c.psn.After(psn) {
 				return false
@@ -197,7 +205,7 @@ func (c *completer) headReadAtomic(q *QP, now time.Time, psn wire.PSN, want WROp
 		return nil
 	}
 	w := q.sq.front()
-	if psn != c.psn || w == nil || !w.sent {
+	if psn != c.psn || w == nil || !w.assigned {
 		c.retry(q, now)
 		return nil
 	}
@@ -322,11 +330,12 @@ func (q *QP) rewind() {
 	r.rdAtomic = 0
 	for i := 0; i < q.sq.n; i++ {
 		w := q.sq.at(i)
-		if !w.started {
+		if !w.assigned {
 			break
 		}
 		w.sent = false
 		if i == 0 && c.psn.After(w.firstPSN) && !c.psn.After(w.lastPSN) {
+			w.started = true
 			w.offset = uint32(c.psn.Diff(w.firstPSN)) * uint32(q.mtu)
 			continue
 		}

@@ -323,3 +323,21 @@ func TestPersistentPSNMismatch(t *testing.T) {
 		t.Fatalf("responder counters %+v", c)
 	}
 }
+
+// An ACK that arrives after the timeout has already sent the requester back still counts: it is for
+// the first transmission, and it completes the request instead of being dropped as a ghost.
+func TestLateAckAfterTimeout(t *testing.T) {
+	o := defaultOpts()
+	o.timeout = 1 // 8.192 us, shorter than the round trip below
+	l := newLink(t, o)
+	l.delay = 10 * time.Microsecond
+	src := l.a.reg(t, 3000, mr.LocalWrite)
+	remote := l.b.reg(t, 3000, mr.LocalWrite|mr.RemoteWrite)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRWrite, Flags: Signaled, SGL: sge(src, 0, 3000), RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+	l.run(time.Second)
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Opcode: CompRDMAWrite, QPN: 0x11, ByteLen: 3000})
+	c := l.a.qp.Counters()
+	if c.Timeouts == 0 || c.DropGhostResponse != 0 {
+		t.Fatalf("timeouts %d, ghost responses %d:\n%s", c.Timeouts, c.DropGhostResponse, l.ladderString())
+	}
+}

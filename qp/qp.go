@@ -158,7 +158,7 @@ func (q *QP) Modify(now time.Time, a *Attr, mask AttrMask) error {
 	}
 	if mask&AttrSQPSN != 0 {
 		q.attr.SQPSN = a.SQPSN
-		q.req.psn = a.SQPSN
+		q.req.psn, q.req.max = a.SQPSN, a.SQPSN
 		q.cmp.psn = a.SQPSN
 	}
 	if mask&AttrMaxQPRdAtomic != 0 {

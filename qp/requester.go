@@ -13,6 +13,7 @@ import (
 // IBTA Vol 1 9.4 (packet sequences); rxe_req.c.
 type requester struct {
 	psn          wire.PSN  // PSN of the next packet
+	max          wire.PSN  // the PSN after the highest ever sent: responses at or past it answer nothing
 	next         int       // WQEs from the send queue's head that are wholly sent
 	noAck        int       // packets sent since the last one with AckReq
 	rdAtomic     int       // READs and atomics sent and not yet completed
@@ -97,7 +98,7 @@ func localStatus(err error) Status {
 // build appends the next packet of w to dst and advances the requester past it.
 func (r *requester) build(q *QP, w *sendWQE, dst []byte, payload int) ([]byte, error) {
 	if !w.started {
-		w.started = true
+		w.started, w.assigned = true, true
 		w.firstPSN = r.psn
 		w.lastPSN = r.psn.Add(packets(w.length, q.mtu) - 1)
 		w.offset = 0
@@ -179,6 +180,9 @@ func (r *requester) build(q *QP, w *sendWQE, dst []byte, payload int) ([]byte, e
 	if last {
 		w.sent = true
 		r.next++
+	}
+	if r.psn.After(r.max) {
+		r.max = r.psn
 	}
 	return out, nil
 }

@@ -21,7 +21,8 @@ type sendWQE struct {
 	length uint32 // message length: the SGL's total, or 8 for atomics
 	inline []byte // a copy of the data of an Inline request
 
-	started  bool     // the first packet was built: firstPSN and lastPSN are set
+	started  bool     // the next packet continues the message rather than starting it
+	assigned bool     // firstPSN and lastPSN are set; a go-back-N retry keeps them
 	sent     bool     // every packet was sent at least once
 	firstPSN wire.PSN // PSN of the first packet
 	lastPSN  wire.PSN // PSN of the last packet (of the last READ response)
