@@ -160,9 +160,18 @@ func (c *completer) onAcknowledge(q *QP, now time.Time, psn wire.PSN, s wire.Syn
 				q.counters.drop(&q.counters.DropStaleResponse)
 				return
 			}
-			c.ackThrough(q, psn.Sub(1))
+			// A NAK past the oldest unacknowledged PSN acknowledges everything before it: that is
+			// progress, and the retry it asks for is a new one even if an earlier retry is under way.
+			advanced := psn.After(c.psn)
+			if !c.ackThrough(q, psn.Sub(1)) {
+				c.retry(q, now) // a READ or atomic before the gap lost its responses
+				return
+			}
 			if q.state == StateErr {
 				return
+			}
+			if advanced {
+				c.progress(q, now)
 			}
 			c.retry(q, now)
 			return
