@@ -18,15 +18,16 @@ type command struct {
 	run  func(args []string) error
 }
 
-// commands lists the subcommands in the order help shows them. Add new ones (demo, perf, sim, pingpong)
-// here.
+// commands lists the subcommands in the order help shows them. Each file that implements one adds it
+// with register from its init function.
 var commands []command
 
+// register adds a subcommand.
+func register(c command) { commands = append(commands, c) }
+
 func init() {
-	commands = []command{
-		{"dump", "decode RoCEv2 captures: one line per packet, per-QP summary, ICRC check", runDump},
-		{"help", "list the subcommands", runHelp},
-	}
+	register(command{"dump", "decode RoCEv2 captures: one line per packet, per-QP summary, ICRC check", runDump})
+	register(command{"help", "list the subcommands", runHelp})
 }
 
 // exitError carries an exit status a subcommand chose after reporting on its own.

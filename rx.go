@@ -1,0 +1,128 @@
+package goroce
+
+import (
+	"errors"
+	"net/netip"
+
+	"github.com/goroce/goroce/internal/conn"
+	"github.com/goroce/goroce/wire"
+)
+
+// rxItem is a received packet on its way to the shard that owns its QP. The shard returns buf to the
+// pool once the engine has processed the packet.
+type rxItem struct {
+	qp   *QP
+	buf  *rxBuf
+	pkt  wire.Packet
+	from netip.AddrPort
+	to   netip.Addr
+	tos  uint8
+}
+
+// rxLoop reads batches from the socket, validates each packet once (wire.Parse, then the ICRC),
+// finds its QP and hands it to the QP's owner. It is the only reader of the socket.
+func (d *Device) rxLoop() {
+	defer d.wg.Done()
+	batch := d.conn.BatchSize()
+	msgs := make([]conn.Message, batch)
+	bufs := make([]*rxBuf, batch)
+	v := icrcVerifier{rec: wire.IDRecovery{RequireDF: true}}
+	touched := make([]bool, len(d.shards))
+	for {
+		for i := range msgs {
+			if bufs[i] == nil {
+				bufs[i] = d.pool.get()
+			}
+			msgs[i] = conn.Message{Buf: bufs[i].b}
+		}
+		n, err := d.conn.ReadBatch(msgs)
+		if err != nil {
+			if errors.Is(err, conn.ErrClosed) || d.closing.Load() {
+				return
+			}
+			d.stats.rxBusy.Add(1)
+			continue
+		}
+		for i := 0; i < n; i++ {
+			m := &msgs[i]
+			d.stats.rxPackets.Add(1)
+			d.stats.rxBytes.Add(uint64(m.N))
+			if m.Truncated {
+				d.stats.dropTruncated.Add(1)
+				continue
+			}
+			pkt, err := wire.Parse(m.Buf[:m.N])
+			if err != nil {
+				d.stats.dropMalformed.Add(1)
+				continue
+			}
+			to := m.Local
+			if !to.IsValid() {
+				to = d.local.Addr()
+			}
+			if !v.verify(d.cfg.ICRC, m.Addr, netip.AddrPortFrom(to, d.local.Port()), pkt) {
+				d.stats.dropICRC.Add(1)
+				continue
+			}
+			q := d.lookup(pkt.BTH().DestQP())
+			if q == nil {
+				d.stats.dropUnknownQPN.Add(1)
+				continue
+			}
+			// RC and UC QPs take packets only from their peer, as rxe does. IBTA Annex A17.4.5.
+			if q.typ != UD {
+				if p := q.peer.Load(); p == nil || p.Addr() != m.Addr.Addr().Unmap() {
+					d.stats.dropWrongPeer.Add(1)
+					continue
+				}
+			}
+			if !q.shard.enqueue(rxItem{qp: q, buf: bufs[i], pkt: pkt, from: m.Addr, to: to, tos: m.TOS}) {
+				d.stats.dropInboxFull.Add(1)
+				continue
+			}
+			bufs[i] = nil
+			touched[q.shard.id] = true
+		}
+		for i, t := range touched {
+			if t {
+				d.shards[i].kick()
+				touched[i] = false
+			}
+		}
+	}
+}
+
+func (d *Device) lookup(n wire.QPN) *QP {
+	v, ok := d.qps.Load(n)
+	if !ok {
+		return nil
+	}
+	return v.(*QP)
+}
+
+// icrcVerifier checks received ICRCs; it belongs to the receive loop.
+type icrcVerifier struct {
+	rec wire.IDRecovery
+}
+
+// verify checks pkt's ICRC against the IP and UDP headers it must have traveled in.
+func (v *icrcVerifier) verify(mode ICRCMode, from, to netip.AddrPort, pkt wire.Packet) bool {
+	if mode == ICRCOff {
+		return true
+	}
+	src, dst := from.Addr().Unmap(), to.Addr().Unmap()
+	var udp [8]byte
+	udpTemplate(&udp, from.Port(), to.Port(), pkt.Len())
+	if src.Is4() && dst.Is4() {
+		var ip [20]byte
+		ipv4Template(&ip, src, dst, pkt.Len())
+		if mode == ICRCStrict {
+			return wire.VerifyICRC(ip[:], udp[:], pkt.Bytes()) == nil
+		}
+		_, _, err := v.rec.VerifyIPv4(ip[:], udp[:], pkt.Bytes())
+		return err == nil
+	}
+	var ip [40]byte
+	ipv6Template(&ip, src, dst, pkt.Len())
+	return wire.VerifyICRC(ip[:], udp[:], pkt.Bytes()) == nil
+}
