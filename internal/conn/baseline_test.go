@@ -1,0 +1,183 @@
+package conn
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestRawThroughputMem(t *testing.T) {
+	n := NewMemNetwork()
+	a, b := memPair(t, n)
+	r, err := RawThroughput(context.Background(), a, b, 1024, 256, 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(r)
+	if r.Sent == 0 || r.Received != r.Sent || r.Loss != 0 || r.Bytes != r.Sent*1024 || r.Gbps <= 0 || r.PPS <= 0 {
+		t.Errorf("result %+v", r)
+	}
+	if s := n.Stats(); s.DropOverflow != 0 {
+		t.Errorf("window 256 overflowed a 4096 queue: %+v", s)
+	}
+	// The Conns are reusable: a second run ignores nothing of its own and finishes.
+	if _, err := RawThroughput(context.Background(), a, b, 64, 64, 5*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRawThroughputLossy checks that loss is reported and does not stall the windowed sender.
+func TestRawThroughputLossy(t *testing.T) {
+	n := NewMemNetwork()
+	a, b := memPair(t, n)
+	r, err := rawThroughput(context.Background(), Lossy(a, 10, 9), b, 256, 128, 0, 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(r)
+	if r.Sent != 5000 || r.Loss < 0.05 || r.Loss > 0.15 {
+		t.Errorf("sent %d, loss %.3f; want 5000, about 0.10", r.Sent, r.Loss)
+	}
+}
+
+func TestRawThroughputLoopback(t *testing.T) {
+	a, b := udpPair(t, loop4, Options{})
+	r, err := rawThroughput(context.Background(), a, b, 4156, 256, 0, 20000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(r)
+	if r.Sent != 20000 || r.Received == 0 || r.Received > r.Sent {
+		t.Errorf("result %+v", r)
+	}
+	if _, err := RawThroughput(context.Background(), a, b, 8, 1, time.Millisecond); err == nil {
+		t.Error("size 8 accepted")
+	}
+}
+
+func TestRawPingPong(t *testing.T) {
+	a, b := udpPair(t, loop4, Options{})
+	r, err := RawPingPong(context.Background(), a, b, 64, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(r)
+	if r.Sent != 500 || r.Received != 500 || r.RTTP50 <= 0 || r.RTTP99 < r.RTTP50 || r.RTTMax < r.RTTP99 || r.RTTMin > r.RTTP50 {
+		t.Errorf("result %+v", r)
+	}
+}
+
+// TestRawPingPongLossy checks that lost pings are resent and reported, not waited on forever.
+func TestRawPingPongLossy(t *testing.T) {
+	n := NewMemNetwork()
+	a, b := memPair(t, n)
+	r, err := RawPingPong(context.Background(), Lossy(a, 20, 11), b, 32, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(r)
+	if r.Sent != 40 || r.Received != 40 || r.Loss == 0 || r.Loss > 0.5 {
+		t.Errorf("result %+v", r)
+	}
+}
+
+func TestRawPingPongCancel(t *testing.T) {
+	n := NewMemNetwork()
+	a, b := memPair(t, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := RawPingPong(ctx, a, b, 32, 1000); err != context.Canceled {
+		t.Errorf("err = %v, want context.Canceled", err)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	s := make([]time.Duration, 100)
+	for i := range s {
+		s[i] = time.Duration(i + 1)
+	}
+	if p := percentile(s, 0.5); p != 50 {
+		t.Errorf("p50 = %d", p)
+	}
+	if p := percentile(s, 0.99); p != 99 {
+		t.Errorf("p99 = %d", p)
+	}
+	if p := percentile(s[:1], 0.99); p != 1 {
+		t.Errorf("p99 of one = %d", p)
+	}
+}
+
+// baselineSizes are the datagram sizes of the comparison: a small packet, a 1 KiB MTU packet,
+// and an MTU-4096 RoCEv2 packet (BTH 12 + RETH 16 + payload 4096 + ICRC 4 + headroom = 4156).
+var baselineSizes = []int{64, 1024, 4156}
+
+// BenchmarkRawThroughput streams b.N datagrams one way over 127.0.0.1 with at most ~2 MiB in
+// flight (limits.md: a window of a quarter of the receive buffer keeps loopback lossless);
+// ns/op is per datagram.
+func BenchmarkRawThroughput(b *testing.B) {
+	for _, size := range baselineSizes {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			a, c := udpPair(b, loop4, Options{RecvBuffer: 8 << 20})
+			window := min(max((2<<20)/size, DefaultBatchSize), 1024)
+			b.ReportAllocs()
+			b.ResetTimer()
+			r, err := rawThroughput(context.Background(), a, c, size, window, 0, uint64(b.N))
+			b.StopTimer()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(r.Gbps, "Gb/s")
+			b.ReportMetric(r.PPS, "pps")
+			b.ReportMetric(100*r.Loss, "loss%")
+		})
+	}
+}
+
+// BenchmarkRawPingPong measures b.N round trips over 127.0.0.1; ns/op is the mean round trip.
+func BenchmarkRawPingPong(b *testing.B) {
+	for _, size := range baselineSizes {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			a, c := udpPair(b, loop4, Options{})
+			b.ReportAllocs()
+			b.ResetTimer()
+			r, err := RawPingPong(context.Background(), a, c, size, b.N)
+			b.StopTimer()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(r.RTTP50.Nanoseconds())/1e3, "p50-µs")
+			b.ReportMetric(float64(r.RTTP99.Nanoseconds())/1e3, "p99-µs")
+			b.ReportMetric(100*r.Loss, "loss%")
+		})
+	}
+}
+
+// BenchmarkUDPBatch is the cost of one WriteBatch plus ReadBatch of a full 64-datagram batch
+// on one goroutine, without the pacing of the throughput baseline.
+func BenchmarkUDPBatch(b *testing.B) {
+	for _, size := range baselineSizes {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			a, c := udpPair(b, loop4, Options{})
+			out := make([]Message, a.BatchSize())
+			buf := make([]byte, size)
+			for i := range out {
+				out[i] = Message{Buf: buf, Addr: c.LocalAddr()}
+			}
+			in := newMessages(c.BatchSize(), size)
+			b.ReportAllocs()
+			b.SetBytes(int64(size * len(out)))
+			for b.Loop() {
+				a.WriteBatch(out)
+				for got := 0; got < len(out); {
+					n, err := c.ReadBatch(in[got:])
+					if err != nil {
+						b.Fatal(err)
+					}
+					got += n
+				}
+			}
+			b.ReportMetric(float64(b.N*len(out))/b.Elapsed().Seconds(), "pps")
+		})
+	}
+}
