@@ -752,8 +752,11 @@ func (r *responder) appendPacket(q *QP, now time.Time, dst []byte) ([]byte, Tx, 
 			// The region is read as the packet is built: zero copies, and a region invalidated since
 			// the request turns into NAK remote access error. CONFORMANCE D5.
 			if err := q.cfg.Memory.ReadRemote(q.cfg.PD, j.rkey, j.va, pl); err != nil {
-				psn := j.psn
-				r.fatal(q, psn, nakFor(err))
+				// The NAK takes the READ's place at the head of the queue, and what was queued
+				// behind it answers later requests the NAK ends: it goes too.
+				r.jobs.n = 1
+				*j = job{kind: jobAck, final: true, psn: j.psn, syndrome: wire.SyndromeNAK(nakFor(err)), msn: r.msn}
+				q.enterError()
 				return r.appendPacket(q, now, dst)
 			}
 		}

@@ -1,0 +1,102 @@
+package qp
+
+import (
+	"bytes"
+	"encoding/binary"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/mr"
+	"github.com/goroce/goroce/wire"
+)
+
+// This file holds the scenario tests of CONFORMANCE.md that the other files do not: mostly packets a
+// well-behaved peer never sends, injected straight into one QP, and the answers it queues.
+
+// inject hands h's QP a packet built from f and payload as if it had crossed the link. The P_Key is
+// the default and the destination QPN h's, unless f sets them.
+func (l *link) inject(h *host, f wire.Fields, payload []byte) {
+	l.t.Helper()
+	if f.BTH.PKey == 0 {
+		f.BTH.PKey = wire.DefaultPKey
+	}
+	if f.BTH.DestQP == 0 {
+		f.BTH.DestQP = h.qp.QPN()
+	}
+	b, err := wire.Append(nil, &f, payload)
+	must(l.t, err)
+	p, err := wire.Parse(b)
+	must(l.t, err)
+	h.qp.HandlePacket(l.now, p, nil)
+}
+
+// drain returns what h's QP sends now, described as on the ladder, without delivering it.
+func (l *link) drain(h *host) []string {
+	l.t.Helper()
+	var out []string
+	for {
+		b, _, ok := h.qp.AppendPacket(l.now, nil)
+		if !ok {
+			return out
+		}
+		p, err := wire.Parse(b)
+		must(l.t, err)
+		out = append(out, describe(p))
+	}
+}
+
+func expectLines(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("sent:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// rq returns the header fields of a request with AckReq set.
+func rq(op wire.Opcode, psn wire.PSN) wire.Fields {
+	return wire.Fields{BTH: wire.BTHFields{Opcode: op, PSN: psn, AckReq: true}}
+}
+
+func reth(op wire.Opcode, psn wire.PSN, r *mr.Region, off uint64, n uint32) wire.Fields {
+	f := rq(op, psn)
+	f.RETH = wire.RETHFields{VA: r.IOVA() + off, RKey: r.RKey(), DMALen: n}
+	return f
+}
+
+// CONFORMANCE D5: a READ response is lost, the region is deregistered before the retransmitted READ
+// arrives; the responder replays from its resource, finds the key gone and NAKs remote access error
+// instead of sending stale memory. Both QPs end in ERR.
+func TestReplayAfterDeregister(t *testing.T) {
+	o := defaultOpts()
+	o.timeout = 8
+	l := newLink(t, o)
+	local := l.a.reg(t, 64, mr.LocalWrite)
+	remote := l.b.reg(t, 64, mr.RemoteRead)
+	l.hook = dropNth("B", wire.RCReadResponseOnly, 1)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRRead, SGL: sge(local, 0, 64), RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+	l.run(100 * time.Microsecond)
+	must(t, l.b.mem.Deregister(remote))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 2, Opcode: WRSend}))
+	l.run(time.Second)
+	l.expectLadder(
+		"-> RDMA_READ_REQUEST psn=256 A len=64",
+		"<- RDMA_READ_RESPONSE_ONLY psn=256 [ACK msn=1] +64 (lost)",
+		"-> SEND_ONLY psn=257 A",
+		"<- ACKNOWLEDGE psn=257 [RNR NAK 0.64ms msn=1]",
+		"-> RDMA_READ_REQUEST psn=256 A len=64",
+		"-> SEND_ONLY psn=257 A",
+		"<- ACKNOWLEDGE psn=256 [NAK remote-access-error msn=1]",
+	)
+	expectCompletions(t, l.a.scq,
+		Completion{WRID: 1, Status: StatusRemAccessErr, Opcode: CompRDMARead, QPN: 0x11},
+		Completion{WRID: 2, Status: StatusWRFlushErr, Opcode: CompSend, QPN: 0x11})
+	if l.a.qp.State() != StateErr || l.b.qp.State() != StateErr {
+		t.Fatalf("states %v %v", l.a.qp.State(), l.b.qp.State())
+	}
+	if !bytes.Equal(local.Bytes(), make([]byte, 64)) {
+		t.Fatal("the READ's buffer changed")
+	}
+}
+
+var _ = binary.NativeEndian
