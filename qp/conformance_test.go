@@ -99,4 +99,73 @@ func TestReplayAfterDeregister(t *testing.T) {
 	}
 }
 
+// CONFORMANCE Q8: in SQD a request already started goes on to its last packet, and one that was sent
+// but lost is still retransmitted; no new request starts until the QP is back in RTS. Drained reports
+// when nothing is outstanding.
+func TestSQDrain(t *testing.T) {
+	o := defaultOpts()
+	o.mtu = wire.MTU256
+	o.timeout = 8
+	l := newLink(t, o)
+	src := l.a.reg(t, 600, mr.LocalWrite)
+	dst := l.b.reg(t, 1200, mr.LocalWrite)
+	for i := 0; i < 2; i++ {
+		must(t, l.b.qp.PostRecv(&RecvWR{ID: uint64(i), SGL: sge(dst, i*600, 600)}))
+	}
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend, Flags: Signaled, SGL: sge(src, 0, 600)}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 2, Opcode: WRSend, Flags: Signaled, SGL: sge(src, 0, 600)}))
+	l.hook = dropNth("A", wire.RCSendLast, 1)
+	if _, _, ok := l.a.qp.AppendPacket(l.now, nil); !ok { // SEND_FIRST of request 1 leaves, unseen
+		t.Fatal("nothing to send")
+	}
+	must(t, l.a.qp.Modify(l.now, &Attr{State: StateSQD}, AttrState))
+	if l.a.qp.Drained() {
+		t.Fatal("drained with a request half sent")
+	}
+	l.run(time.Second)
+	l.expectLadder(
+		"-> SEND_MIDDLE psn=257 +256",
+		"-> SEND_LAST psn=258 A +88 (lost)",
+		"<- ACKNOWLEDGE psn=256 [NAK psn-sequence-error msn=0]",
+		"-> SEND_FIRST psn=256 +256",
+		"-> SEND_MIDDLE psn=257 +256",
+		"-> SEND_LAST psn=258 A +88",
+		"<- ACKNOWLEDGE psn=258 [ACK msn=1]",
+	)
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Opcode: CompSend, QPN: 0x11, ByteLen: 600})
+	if !l.a.qp.Drained() || l.a.qp.State() != StateSQD {
+		t.Fatalf("state %v drained %v", l.a.qp.State(), l.a.qp.Drained())
+	}
+	must(t, l.a.qp.Modify(l.now, &Attr{State: StateRTS}, AttrState))
+	if l.a.qp.Drained() {
+		t.Fatal("drained in RTS")
+	}
+	l.run(time.Second)
+	expectCompletions(t, l.a.scq, Completion{WRID: 2, Opcode: CompSend, QPN: 0x11, ByteLen: 600})
+}
+
+// CONFORMANCE Q8: a request sent before SQD whose packets are lost is retransmitted after the timeout
+// even though SQD starts no new request.
+func TestSQDRetransmits(t *testing.T) {
+	o := defaultOpts()
+	o.timeout = 8
+	o.retry = 1
+	l := newLink(t, o)
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1}))
+	l.hook = dropNth("A", wire.RCSendOnly, 1)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend, Flags: Signaled}))
+	l.pump()
+	must(t, l.a.qp.Modify(l.now, &Attr{State: StateSQD}, AttrState))
+	l.run(time.Second)
+	l.expectLadder(
+		"-> SEND_ONLY psn=256 A (lost)",
+		"-> SEND_ONLY psn=256 A",
+		"<- ACKNOWLEDGE psn=256 [ACK msn=1]",
+	)
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Opcode: CompSend, QPN: 0x11})
+	if !l.a.qp.Drained() {
+		t.Fatal("not drained")
+	}
+}
+
 var _ = binary.NativeEndian

@@ -412,3 +412,14 @@ func earliest(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// Drained reports whether a QP in SQD has nothing outstanding: every request that started before the
+// drain has been acknowledged. It is the condition of the IBV_EVENT_SQ_DRAINED event, which the
+// QP's owner raises. IBTA Vol 1 10.3.1 (SQD).
+func (q *QP) Drained() bool {
+	if q.state != StateSQD {
+		return false
+	}
+	w := q.sq.front()
+	return w == nil || !w.assigned
+}

@@ -38,8 +38,10 @@ func (r *requester) appendPacket(q *QP, now time.Time, dst []byte) ([]byte, Tx, 
 	}
 	w := q.sq.at(r.next)
 	if !w.started {
-		if q.state == StateSQD {
-			return dst, Tx{}, false // draining: no new request starts
+		// Draining: no new request starts, but one sent before and rewound by a retry goes again.
+		// IBTA Vol 1 10.3.1 (SQD).
+		if q.state == StateSQD && !w.assigned {
+			return dst, Tx{}, false
 		}
 		if w.wr.Flags&Fence != 0 && r.rdAtomic > 0 {
 			return dst, Tx{}, false // IBTA Vol 1 10.8.3.3: a fenced request waits for earlier READs and atomics
