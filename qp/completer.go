@@ -152,6 +152,10 @@ func (c *completer) onAcknowledge(q *QP, now time.Time, psn wire.PSN, s wire.Syn
 		}
 		c.timer = time.Time{}
 		c.rnrUntil = now.Add(s.RNRTimer())
+		// The wait ends in a resend from this PSN: until then a PSN sequence NAK for it (drawn by
+		// requests pipelined behind the RNR-NAKed one) asks for nothing more and costs no retry.
+		// CONFORMANCE N6.
+		c.retrying = true
 		q.rewind()
 	case wire.KindNAK:
 		if s.NAKCode() == wire.NAKPSNSequenceError {
@@ -316,6 +320,7 @@ func (c *completer) startRetry(q *QP, now time.Time) {
 func (c *completer) advance(q *QP, now time.Time) {
 	if !c.rnrUntil.IsZero() && !now.Before(c.rnrUntil) {
 		c.rnrUntil = time.Time{}
+		c.retrying = false
 		c.armTimer(q, now)
 	}
 	if !c.timer.IsZero() && !now.Before(c.timer) {

@@ -168,4 +168,42 @@ func TestSQDRetransmits(t *testing.T) {
 	}
 }
 
+// CONFORMANCE N6: two SENDs reach a responder with no receive: the first is RNR NAKed, the second
+// draws a PSN sequence error NAK for the same PSN. The sequence NAK asks for nothing the RNR wait does
+// not already do, so it costs no transport retry: with retry_cnt 0 the requester waits out the RNR
+// timer and both SENDs succeed, the second not executed before the first.
+func TestRequestsBehindRNR(t *testing.T) {
+	o := defaultOpts()
+	o.retry = 0
+	o.minRNR = 1 // 10 us
+	l := newLink(t, o)
+	dst := l.b.reg(t, 64, mr.LocalWrite)
+	src := l.a.reg(t, 64, mr.LocalWrite)
+	fill(src.Bytes(), 3)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend, Flags: Signaled, SGL: sge(src, 0, 8)}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 2, Opcode: WRSend, Flags: Signaled, SGL: sge(src, 8, 8)}))
+	l.run(5 * time.Microsecond)
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1, SGL: sge(dst, 0, 8)}))
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 2, SGL: sge(dst, 8, 8)}))
+	l.run(time.Second)
+	l.expectLadder(
+		"-> SEND_ONLY psn=256 A +8",
+		"-> SEND_ONLY psn=257 A +8",
+		"<- ACKNOWLEDGE psn=256 [RNR NAK 0.01ms msn=0]",
+		"<- ACKNOWLEDGE psn=256 [NAK psn-sequence-error msn=0]",
+		"-> SEND_ONLY psn=256 A +8",
+		"-> SEND_ONLY psn=257 A +8",
+		"<- ACKNOWLEDGE psn=257 [ACK msn=2]",
+	)
+	expectCompletions(t, l.a.scq,
+		Completion{WRID: 1, Opcode: CompSend, QPN: 0x11, ByteLen: 8},
+		Completion{WRID: 2, Opcode: CompSend, QPN: 0x11, ByteLen: 8})
+	if !bytes.Equal(dst.Bytes()[:16], src.Bytes()[:16]) {
+		t.Fatal("data differs")
+	}
+	if c := l.a.qp.Counters(); c.RetryExceededErr != 0 || c.RcvdSeqErr != 1 || c.RcvdRNRErr != 1 || c.RetryIgnored != 1 {
+		t.Fatalf("requester counters %+v", c)
+	}
+}
+
 var _ = binary.NativeEndian
