@@ -60,6 +60,14 @@ const (
 
 	StatusSuccess    = qp.StatusSuccess
 	StatusWRFlushErr = qp.StatusWRFlushErr
+
+	CompSend            = qp.CompSend
+	CompRDMAWrite       = qp.CompRDMAWrite
+	CompRDMARead        = qp.CompRDMARead
+	CompCompareSwap     = qp.CompCompareSwap
+	CompFetchAdd        = qp.CompFetchAdd
+	CompRecv            = qp.CompRecv
+	CompRecvRDMAWithImm = qp.CompRecvRDMAWithImm
 )
 
 // PD is a protection domain. It mirrors struct ibv_pd.
