@@ -206,4 +206,417 @@ func TestRequestsBehindRNR(t *testing.T) {
 	}
 }
 
-var _ = binary.NativeEndian
+
+// dropAt returns a hook that drops the listed matches (1-based) of op sent by the given side.
+func dropAt(from string, op wire.Opcode, nth ...int) func(*link, *host, wire.Packet) [][]byte {
+	seen := 0
+	return func(l *link, h *host, p wire.Packet) [][]byte {
+		if h.name == from && p.Opcode() == op {
+			seen++
+			for _, n := range nth {
+				if n == seen {
+					return nil
+				}
+			}
+		}
+		return [][]byte{p.Bytes()}
+	}
+}
+
+// drainPackets is drain returning the packets themselves.
+func (l *link) drainPackets(h *host) []wire.Packet {
+	l.t.Helper()
+	var out []wire.Packet
+	for {
+		b, _, ok := h.qp.AppendPacket(l.now, nil)
+		if !ok {
+			return out
+		}
+		p, err := wire.Parse(b)
+		must(l.t, err)
+		out = append(out, p)
+	}
+}
+
+// reconnect resets q and brings it to RTS again with o.
+func (l *link) reconnect(h *host, o pairOpts) {
+	l.t.Helper()
+	must(l.t, h.qp.Modify(l.now, &Attr{State: StateReset}, AttrState))
+	if h == l.a {
+		connect(l.t, l.now, h.qp, 0x22, o, o.psnA, o.psnB)
+	} else {
+		connect(l.t, l.now, h.qp, 0x11, o, o.psnB, o.psnA)
+	}
+}
+
+// CONFORMANCE Q3, Q6: RESET empties both queues without a completion and forgets the connection;
+// posting sends in RESET fails; the QP can be brought up again and carries traffic.
+func TestResetAndReuse(t *testing.T) {
+	o := defaultOpts()
+	l := newLink(t, o)
+	src := l.a.reg(t, 16, mr.LocalWrite)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend, Flags: Signaled, SGL: sge(src, 0, 16)}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 2, Opcode: WRSend, Flags: Signaled, SGL: sge(src, 0, 16)}))
+	must(t, l.a.qp.PostRecv(&RecvWR{ID: 3}))
+	l.a.qp.AppendPacket(l.now, nil) // the first request is in flight, never to be answered
+	must(t, l.a.qp.Modify(l.now, &Attr{State: StateReset}, AttrState))
+	if n, m := l.a.scq.Len(), l.a.rcq.Len(); n != 0 || m != 0 {
+		t.Fatalf("%d send and %d receive completions after RESET", n, m)
+	}
+	if err := l.a.qp.PostSend(l.now, &SendWR{Opcode: WRSend}); err != ErrInvalidState {
+		t.Fatalf("post send in RESET: %v", err)
+	}
+	if got := l.a.qp.Query(); got.State != StateReset || got.DestQPN != 0 || got.SQPSN != 0 || got.PathMTU != wire.MTU256 {
+		t.Fatalf("query after RESET: %+v", got)
+	}
+	if !l.a.qp.NextDeadline().IsZero() {
+		t.Fatal("a timer survived RESET")
+	}
+	o.psnA, o.psnB = 0x700, 0x900
+	l.reconnect(l.a, o)
+	l.reconnect(l.b, o)
+	dst := l.b.reg(t, 16, mr.LocalWrite)
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 9, SGL: sge(dst, 0, 16)}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 4, Opcode: WRSend, Flags: Signaled, SGL: sge(src, 0, 16)}))
+	l.run(time.Second)
+	l.expectLadder(
+		"-> SEND_ONLY psn=1792 A +16",
+		"<- ACKNOWLEDGE psn=1792 [ACK msn=1]",
+	)
+	expectCompletions(t, l.a.scq, Completion{WRID: 4, Opcode: CompSend, QPN: 0x11, ByteLen: 16})
+	expectCompletions(t, l.b.rcq, Completion{WRID: 9, Opcode: CompRecv, QPN: 0x22, ByteLen: 16})
+}
+
+// CONFORMANCE Q5: a responder in INIT or ERR drops requests without a NAK and the requester ends with
+// RETRY_EXC_ERR; one in RTR executes and acknowledges them; a requester not in RTS or SQD drops
+// responses.
+func TestInboundVsState(t *testing.T) {
+	for _, st := range []State{StateInit, StateErr} {
+		t.Run(st.String(), func(t *testing.T) {
+			o := defaultOpts()
+			o.retry, o.timeout = 1, 8
+			l := newLink(t, o)
+			must(t, l.b.qp.Modify(l.now, &Attr{State: StateReset}, AttrState))
+			must(t, l.b.qp.Modify(l.now, &Attr{State: StateInit, AccessFlags: o.access}, AttrState|AttrAccessFlags))
+			if st == StateErr {
+				must(t, l.b.qp.Modify(l.now, &Attr{State: StateErr}, AttrState))
+			}
+			must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend}))
+			l.run(time.Second)
+			l.expectLadder("-> SEND_ONLY psn=256 A", "-> SEND_ONLY psn=256 A")
+			expectCompletions(t, l.a.scq, Completion{WRID: 1, Status: StatusRetryExcErr, Opcode: CompSend, QPN: 0x11})
+			if c := l.b.qp.Counters(); c.DropState != 2 || l.b.qp.State() != st {
+				t.Fatalf("responder drop_state %d, state %v", c.DropState, l.b.qp.State())
+			}
+		})
+	}
+	t.Run("RTR", func(t *testing.T) {
+		o := defaultOpts()
+		l := newLink(t, o)
+		must(t, l.b.qp.Modify(l.now, &Attr{State: StateReset}, AttrState))
+		must(t, l.b.qp.Modify(l.now, &Attr{State: StateInit, AccessFlags: o.access}, AttrState|AttrAccessFlags))
+		must(t, l.b.qp.Modify(l.now, &Attr{State: StateRTR, PathMTU: o.mtu, DestQPN: 0x11, RQPSN: o.psnA, MaxDestRdAtomic: 4, MinRNRTimer: 1},
+			AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer))
+		src := l.a.reg(t, 8, mr.LocalWrite)
+		fill(src.Bytes(), 1)
+		remote := l.b.reg(t, 8, mr.LocalWrite|mr.RemoteWrite)
+		must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRWrite, Flags: Signaled, SGL: sge(src, 0, 8), RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+		l.run(time.Second)
+		l.expectLadder("-> RDMA_WRITE_ONLY psn=256 A len=8 +8", "<- ACKNOWLEDGE psn=256 [ACK msn=1]")
+		expectCompletions(t, l.a.scq, Completion{WRID: 1, Opcode: CompRDMAWrite, QPN: 0x11, ByteLen: 8})
+		if !bytes.Equal(remote.Bytes(), src.Bytes()) {
+			t.Fatal("data differs")
+		}
+	})
+	t.Run("responses", func(t *testing.T) {
+		l := newLink(t, defaultOpts())
+		must(t, l.a.qp.Modify(l.now, &Attr{State: StateErr}, AttrState))
+		ack := wire.Fields{BTH: wire.BTHFields{Opcode: wire.RCAcknowledge, PSN: 0x100}, AETH: wire.AETHFields{Syndrome: wire.SyndromeACK(wire.CreditInvalid)}}
+		l.inject(l.a, ack, nil)
+		must(t, l.a.qp.Modify(l.now, &Attr{State: StateReset}, AttrState))
+		l.inject(l.a, ack, nil)
+		if c := l.a.qp.Counters(); c.DropState != 2 || c.Dropped != 2 {
+			t.Fatalf("counters %+v", c)
+		}
+	})
+}
+
+// CONFORMANCE A4: a READ's response is lost and the ACK of the SEND behind it arrives: an implied NAK.
+// The READ is not completed but sent again (with the SEND), one retry is counted, and both succeed;
+// with retry_cnt 0 the READ fails RETRY_EXC_ERR, its buffer untouched, and the QP enters ERR.
+func TestImpliedNAK(t *testing.T) {
+	for _, retry := range []uint8{6, 0} {
+		o := defaultOpts()
+		o.retry = retry
+		l := newLink(t, o)
+		local := l.a.reg(t, 16, mr.LocalWrite)
+		remote := l.b.reg(t, 16, mr.RemoteRead)
+		fill(remote.Bytes(), 7)
+		must(t, l.b.qp.PostRecv(&RecvWR{ID: 1}))
+		l.hook = dropNth("B", wire.RCReadResponseOnly, 1)
+		must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRRead, Flags: Signaled, SGL: sge(local, 0, 16), RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+		must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 2, Opcode: WRSend, Flags: Signaled}))
+		l.run(time.Second)
+		if retry == 0 {
+			l.expectLadder(
+				"-> RDMA_READ_REQUEST psn=256 A len=16",
+				"-> SEND_ONLY psn=257 A",
+				"<- RDMA_READ_RESPONSE_ONLY psn=256 [ACK msn=1] +16 (lost)",
+				"<- ACKNOWLEDGE psn=257 [ACK msn=2]",
+			)
+			expectCompletions(t, l.a.scq,
+				Completion{WRID: 1, Status: StatusRetryExcErr, Opcode: CompRDMARead, QPN: 0x11},
+				Completion{WRID: 2, Status: StatusWRFlushErr, Opcode: CompSend, QPN: 0x11})
+			if l.a.qp.State() != StateErr || !bytes.Equal(local.Bytes(), make([]byte, 16)) {
+				t.Fatalf("state %v, buffer %x", l.a.qp.State(), local.Bytes())
+			}
+			continue
+		}
+		l.expectLadder(
+			"-> RDMA_READ_REQUEST psn=256 A len=16",
+			"-> SEND_ONLY psn=257 A",
+			"<- RDMA_READ_RESPONSE_ONLY psn=256 [ACK msn=1] +16 (lost)",
+			"<- ACKNOWLEDGE psn=257 [ACK msn=2]",
+			"-> RDMA_READ_REQUEST psn=256 A len=16",
+			"-> SEND_ONLY psn=257 A",
+			"<- RDMA_READ_RESPONSE_ONLY psn=256 [ACK msn=2] +16",
+			"<- ACKNOWLEDGE psn=257 [ACK msn=2]",
+		)
+		expectCompletions(t, l.a.scq,
+			Completion{WRID: 1, Opcode: CompRDMARead, QPN: 0x11, ByteLen: 16},
+			Completion{WRID: 2, Opcode: CompSend, QPN: 0x11})
+		if c := l.a.qp.Counters(); c.CompleterRetryErr != 1 || c.Timeouts != 0 || !bytes.Equal(local.Bytes(), remote.Bytes()) {
+			t.Fatalf("counters %+v", c)
+		}
+		if got := poll(l.b.rcq); len(got) != 1 {
+			t.Fatalf("the SEND was delivered %d times", len(got))
+		}
+	}
+}
+
+// CONFORMANCE A5: duplicated responses arrive after their request completed: a second READ response
+// (carrying other bytes) and a second ACK are dropped as stale; nothing is copied again and nothing
+// completes twice.
+func TestStaleResponses(t *testing.T) {
+	l := newLink(t, defaultOpts())
+	local := l.a.reg(t, 16, mr.LocalWrite)
+	remote := l.b.reg(t, 16, mr.RemoteRead)
+	fill(remote.Bytes(), 7)
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1}))
+	l.hook = func(l *link, h *host, p wire.Packet) [][]byte {
+		switch p.Opcode() {
+		case wire.RCReadResponseOnly:
+			other := bytes.Clone(p.Bytes())
+			other[wire.BTHLen+wire.AETHLen] ^= 0xFF
+			return [][]byte{p.Bytes(), other}
+		case wire.RCAcknowledge:
+			return [][]byte{p.Bytes(), p.Bytes()}
+		}
+		return [][]byte{p.Bytes()}
+	}
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRRead, Flags: Signaled, SGL: sge(local, 0, 16), RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+	l.run(time.Second)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 2, Opcode: WRSend, Flags: Signaled}))
+	l.run(time.Second)
+	expectCompletions(t, l.a.scq,
+		Completion{WRID: 1, Opcode: CompRDMARead, QPN: 0x11, ByteLen: 16},
+		Completion{WRID: 2, Opcode: CompSend, QPN: 0x11})
+	if c := l.a.qp.Counters(); c.DropStaleResponse != 2 || c.Dropped != 2 || l.a.qp.State() != StateRTS {
+		t.Fatalf("counters %+v state %v", c, l.a.qp.State())
+	}
+	if !bytes.Equal(local.Bytes(), remote.Bytes()) {
+		t.Fatal("the stale response was copied")
+	}
+}
+
+// CONFORMANCE A7, C1: an ACK's low five bits are a credit count the requester ignores; NAK codes map to
+// statuses, an unknown one to REM_OP_ERR; a reserved syndrome is dropped and the timeout recovers.
+func TestAckSyndromes(t *testing.T) {
+	for _, tc := range []struct {
+		syn     wire.Syndrome
+		status  Status
+		dropped uint64
+	}{
+		{0x00, StatusSuccess, 0},
+		{0x05, StatusSuccess, 0},
+		{0x1E, StatusSuccess, 0},
+		{0x61, StatusRemInvReqErr, 0},
+		{0x62, StatusRemAccessErr, 0},
+		{0x63, StatusRemOpErr, 0},
+		{0x64, StatusRemOpErr, 0}, // invalid RD request
+		{0x6F, StatusRemOpErr, 0}, // reserved NAK code
+		{0x40, StatusSuccess, 1},  // reserved syndrome kind: dropped, the retry is ACKed normally
+	} {
+		o := defaultOpts()
+		o.timeout = 8
+		l := newLink(t, o)
+		must(t, l.b.qp.PostRecv(&RecvWR{ID: 1}))
+		rewritten := false
+		l.hook = func(l *link, h *host, p wire.Packet) [][]byte {
+			if p.Opcode() == wire.RCAcknowledge && !rewritten {
+				rewritten = true
+				b := bytes.Clone(p.Bytes())
+				b[wire.BTHLen] = byte(tc.syn)
+				return [][]byte{b}
+			}
+			return [][]byte{p.Bytes()}
+		}
+		must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend, Flags: Signaled}))
+		l.run(time.Second)
+		expectCompletions(t, l.a.scq, Completion{WRID: 1, Status: tc.status, Opcode: CompSend, QPN: 0x11})
+		if c := l.a.qp.Counters(); c.DropBadResponse != tc.dropped {
+			t.Fatalf("syndrome %#x: drop_bad_response %d", uint8(tc.syn), c.DropBadResponse)
+		}
+	}
+}
+
+// CONFORMANCE P1, P2: a gap draws one NAK; the later out-of-order packet is dropped without another;
+// the NAK (which replaced the ACK still queued for the SEND before it) completes that SEND and the requester goes back to the gap; a new gap in the
+// retransmission is NAKed again.
+func TestNAKPerGap(t *testing.T) {
+	l := newLink(t, defaultOpts())
+	for i := 0; i < 4; i++ {
+		must(t, l.b.qp.PostRecv(&RecvWR{ID: uint64(i)}))
+		must(t, l.a.qp.PostSend(l.now, &SendWR{ID: uint64(i), Opcode: WRSend, Flags: Signaled}))
+	}
+	l.hook = dropAt("A", wire.RCSendOnly, 2, 6)
+	l.run(time.Second)
+	l.expectLadder(
+		"-> SEND_ONLY psn=256 A",
+		"-> SEND_ONLY psn=257 A (lost)",
+		"-> SEND_ONLY psn=258 A",
+		"-> SEND_ONLY psn=259 A",
+		"<- ACKNOWLEDGE psn=257 [NAK psn-sequence-error msn=1]", // replaced the queued ACK of 256
+		"-> SEND_ONLY psn=257 A",
+		"-> SEND_ONLY psn=258 A (lost)",
+		"-> SEND_ONLY psn=259 A",
+		"<- ACKNOWLEDGE psn=258 [NAK psn-sequence-error msn=2]",
+		"-> SEND_ONLY psn=258 A",
+		"-> SEND_ONLY psn=259 A",
+		"<- ACKNOWLEDGE psn=259 [ACK msn=4]",
+	)
+	got := poll(l.a.scq)
+	if len(got) != 4 {
+		t.Fatalf("completions %+v", got)
+	}
+	for i, wc := range got {
+		if wc.WRID != uint64(i) || wc.Status != StatusSuccess {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+	if c := l.b.qp.Counters(); c.NAKsSent[wire.NAKPSNSequenceError] != 2 || c.OutOfSeqRequest != 3 || l.b.qp.State() != StateRTS {
+		t.Fatalf("responder counters %+v", c)
+	}
+	if got := poll(l.b.rcq); len(got) != 4 {
+		t.Fatalf("receives %+v", got)
+	}
+}
+
+// CONFORMANCE R5: serial PSN comparison over half the space: e+2^23-1 is ahead (a gap, NAKed), e-2^23
+// is behind (a duplicate, re-ACKed with e-1).
+func TestPSNHalfSpace(t *testing.T) {
+	o := defaultOpts()
+	o.psnA = 5
+	l := newLink(t, o)
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1}))
+	l.inject(l.b, rq(wire.RCSendOnly, wire.PSN(5).Add(1<<23-1)), nil)
+	expectLines(t, l.drain(l.b), "ACKNOWLEDGE psn=5 [NAK psn-sequence-error msn=0]")
+	l.inject(l.b, rq(wire.RCSendOnly, wire.PSN(5).Sub(1<<23)), nil)
+	expectLines(t, l.drain(l.b), "ACKNOWLEDGE psn=4 [ACK msn=0]")
+	if c := l.b.qp.Counters(); c.OutOfSeqRequest != 1 || c.DuplicateRequest != 1 || l.b.rcq.Len() != 0 {
+		t.Fatalf("counters %+v", c)
+	}
+}
+
+// CONFORMANCE P6: a duplicate READ for the tail of an executed one (PSN 1 of 4, VA+256, 768 bytes) is
+// answered from the responder resource: FIRST, MIDDLE, LAST at PSN 1..3 with the region's bytes; the
+// expected PSN does not move.
+func TestDuplicateReadReplay(t *testing.T) {
+	o := defaultOpts()
+	o.mtu = wire.MTU256
+	o.psnA = 0
+	l := newLink(t, o)
+	remote := l.b.reg(t, 1024, mr.RemoteRead)
+	fill(remote.Bytes(), 11)
+	l.inject(l.b, reth(wire.RCReadRequest, 0, remote, 0, 1024), nil)
+	expectLines(t, l.drain(l.b),
+		"RDMA_READ_RESPONSE_FIRST psn=0 [ACK msn=1] +256",
+		"RDMA_READ_RESPONSE_MIDDLE psn=1 +256",
+		"RDMA_READ_RESPONSE_MIDDLE psn=2 +256",
+		"RDMA_READ_RESPONSE_LAST psn=3 [ACK msn=1] +256")
+	l.inject(l.b, reth(wire.RCReadRequest, 1, remote, 256, 768), nil)
+	ps := l.drainPackets(l.b)
+	var got []string
+	var data []byte
+	for _, p := range ps {
+		got = append(got, describe(p))
+		data = append(data, p.Payload()...)
+	}
+	expectLines(t, got,
+		"RDMA_READ_RESPONSE_FIRST psn=1 [ACK msn=1] +256",
+		"RDMA_READ_RESPONSE_MIDDLE psn=2 +256",
+		"RDMA_READ_RESPONSE_LAST psn=3 [ACK msn=1] +256")
+	if !bytes.Equal(data, remote.Bytes()[256:]) {
+		t.Fatal("replayed data differs")
+	}
+	l.inject(l.b, reth(wire.RCWriteOnly, 4, remote, 0, 0), nil) // e is still 4
+	expectLines(t, l.drain(l.b), "ACKNOWLEDGE psn=4 [ACK msn=2]")
+	if c := l.b.qp.Counters(); c.DuplicateRequest != 1 || c.OutOfSeqRequest != 0 {
+		t.Fatalf("counters %+v", c)
+	}
+}
+
+// CONFORMANCE P7, P8, D4: duplicates that match no responder resource are dropped without a NAK: a
+// READ with another rkey, one whose range is not the rest of the original, one whose resource was
+// recycled; an atomic whose resource was recycled. A duplicate atomic with its resource is answered
+// with the saved value and not executed again.
+func TestUnmatchedDuplicates(t *testing.T) {
+	o := defaultOpts()
+	o.mtu = wire.MTU256
+	o.psnA = 0
+	o.rdAtomic = 1 // one resource: each READ or atomic recycles the last
+	l := newLink(t, o)
+	remote := l.b.reg(t, 1024, mr.LocalWrite|mr.RemoteRead|mr.RemoteAtomic)
+	other := l.b.reg(t, 1024, mr.RemoteRead)
+	binary.NativeEndian.PutUint64(remote.Bytes()[512:], 100)
+	l.inject(l.b, reth(wire.RCReadRequest, 0, remote, 0, 512), nil)
+	if n := len(l.drain(l.b)); n != 2 {
+		t.Fatalf("%d READ responses", n)
+	}
+	dropped := uint64(0)
+	expectDrop := func(what string) {
+		t.Helper()
+		dropped++
+		if out := l.drain(l.b); len(out) != 0 {
+			t.Fatalf("%s: answered %v", what, out)
+		}
+		if c := l.b.qp.Counters(); c.DropDuplicate != dropped || l.b.qp.State() != StateRTS {
+			t.Fatalf("%s: drop_duplicate %d, state %v", what, c.DropDuplicate, l.b.qp.State())
+		}
+	}
+	l.inject(l.b, reth(wire.RCReadRequest, 1, other, 256, 256), nil)
+	expectDrop("another rkey")
+	l.inject(l.b, reth(wire.RCReadRequest, 1, remote, 256, 128), nil)
+	expectDrop("a shorter range")
+	l.inject(l.b, reth(wire.RCReadRequest, 1, remote, 128, 256), nil)
+	expectDrop("another offset")
+
+	fa := rq(wire.RCFetchAdd, 2)
+	fa.AtomicETH = wire.AtomicETHFields{VA: remote.IOVA() + 512, RKey: remote.RKey(), SwapAdd: 1}
+	l.inject(l.b, fa, nil)
+	expectLines(t, l.drain(l.b), "ATOMIC_ACKNOWLEDGE psn=2 [ACK msn=2]")
+	l.inject(l.b, reth(wire.RCReadRequest, 0, remote, 0, 512), nil)
+	expectDrop("a READ whose resource the atomic recycled")
+	l.inject(l.b, fa, nil)
+	out := l.drainPackets(l.b)
+	if len(out) != 1 || out[0].AtomicAckETH().OrigData() != 100 {
+		t.Fatalf("duplicate atomic answered %v", out)
+	}
+	l.inject(l.b, reth(wire.RCReadRequest, 3, remote, 0, 8), nil) // recycles the atomic's resource
+	l.drain(l.b)
+	l.inject(l.b, fa, nil)
+	expectDrop("an atomic whose resource a READ recycled")
+	if v := binary.NativeEndian.Uint64(remote.Bytes()[512:]); v != 101 {
+		t.Fatalf("atomic target %d, want 101: executed once", v)
+	}
+}
