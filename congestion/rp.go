@@ -10,9 +10,7 @@ import (
 // would keep the increase timer armed forever at line rate.
 const snapRate = 1.0
 
-// tokenSlack absorbs float rounding in the token bucket: a packet whose tokens are short by less than
-// this many bytes may go, so NextSend's answer, reached by ceiling a float wait to a nanosecond, is always
-// accepted when asked again at that time.
+// tokenSlack absorbs float rounding in the token bucket, in bytes.
 const tokenSlack = 1e-6
 
 // DCQCNStats counts what a reaction point did.
@@ -101,22 +99,30 @@ func (c *DCQCN) OnTimer(now time.Time) { c.advance(now) }
 func (c *DCQCN) NextSend(now time.Time, n int) time.Time {
 	now = c.advance(now)
 	need := min(float64(n+c.p.HeaderBytes+c.p.WireOverhead), float64(c.p.Burst))
-	if c.tokens+tokenSlack >= need {
+	if c.ready(need) {
 		return now
 	}
 	// Play the controller forward on a copy: with no CNP and no sends, only the timer changes the rate.
 	s := *c
 	t := now
 	for {
-		fill := t.Add(ceilDuration((need - s.tokens) * 8 / s.rc))
+		fill := t.Add(floorDuration((need - s.tokens) * 8 / s.rc))
 		if !s.recovering || !s.incAt.Before(fill) {
 			return fill
 		}
 		t = s.advance(s.incAt)
-		if s.tokens+tokenSlack >= need {
+		if s.ready(need) {
 			return t
 		}
 	}
+}
+
+// ready reports whether the bucket holds need bytes, short by at most what one nanosecond at the current
+// rate adds. NextSend rounds its answer down to the nanosecond so the rounding is carried in the bucket
+// (a negative balance after the send) rather than lost to the Burst cap, which would lower the long-run
+// rate; the bucket may therefore release up to one nanosecond of bytes early.
+func (c *DCQCN) ready(need float64) bool {
+	return c.tokens+c.rc/8*1e-9+tokenSlack >= need
 }
 
 // OnSent charges a packet of n bytes (as qp reports it: transport headers included) plus WireOverhead to
@@ -247,9 +253,9 @@ func (c *DCQCN) increase(timer bool) {
 	}
 }
 
-// ceilDuration converts seconds to a Duration rounded up to the next nanosecond, at least 1 ns.
-func ceilDuration(sec float64) time.Duration {
-	ns := math.Ceil(sec * 1e9)
+// floorDuration converts seconds to a Duration rounded down to the nanosecond, at least 1 ns.
+func floorDuration(sec float64) time.Duration {
+	ns := math.Floor(sec * 1e9)
 	if ns < 1 {
 		return 1
 	}
