@@ -620,3 +620,402 @@ func TestUnmatchedDuplicates(t *testing.T) {
 		t.Fatalf("atomic target %d, want 101: executed once", v)
 	}
 }
+
+// CONFORMANCE N4: a WRITE with immediate needs a receive. A single-packet one finds none and is RNR
+// NAKed without touching memory, until rnr_retry runs out; in a multi-packet one the data lands and
+// only the LAST packet waits for the receive, and is all that is sent again.
+func TestWriteImmRNR(t *testing.T) {
+	o := defaultOpts()
+	o.rnr, o.minRNR = 1, 1
+	l := newLink(t, o)
+	src := l.a.reg(t, 16, mr.LocalWrite)
+	fill(src.Bytes(), 1)
+	remote := l.b.reg(t, 16, mr.LocalWrite|mr.RemoteWrite)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRWriteImm, Imm: 9, SGL: sge(src, 0, 16), RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+	l.run(time.Second)
+	l.expectLadder(
+		"-> RDMA_WRITE_ONLY_WITH_IMMEDIATE psn=256 A len=16 +16",
+		"<- ACKNOWLEDGE psn=256 [RNR NAK 0.01ms msn=0]",
+		"-> RDMA_WRITE_ONLY_WITH_IMMEDIATE psn=256 A len=16 +16",
+		"<- ACKNOWLEDGE psn=256 [RNR NAK 0.01ms msn=0]",
+	)
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Status: StatusRNRRetryExcErr, Opcode: CompRDMAWrite, QPN: 0x11})
+	if !bytes.Equal(remote.Bytes(), make([]byte, 16)) {
+		t.Fatal("an RNR NAKed WRITE wrote memory")
+	}
+
+	o = defaultOpts()
+	o.mtu, o.minRNR = wire.MTU256, 1
+	l = newLink(t, o)
+	src = l.a.reg(t, 600, mr.LocalWrite)
+	fill(src.Bytes(), 2)
+	remote = l.b.reg(t, 600, mr.LocalWrite|mr.RemoteWrite)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRWriteImm, Flags: Signaled, Imm: 9, SGL: sge(src, 0, 600), RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+	l.run(5 * time.Microsecond)
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 4}))
+	l.run(time.Second)
+	l.expectLadder(
+		"-> RDMA_WRITE_FIRST psn=256 len=600 +256",
+		"-> RDMA_WRITE_MIDDLE psn=257 +256",
+		"-> RDMA_WRITE_LAST_WITH_IMMEDIATE psn=258 A +88",
+		"<- ACKNOWLEDGE psn=258 [RNR NAK 0.01ms msn=0]",
+		"-> RDMA_WRITE_LAST_WITH_IMMEDIATE psn=258 A +88",
+		"<- ACKNOWLEDGE psn=258 [ACK msn=1]",
+	)
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Opcode: CompRDMAWrite, QPN: 0x11, ByteLen: 600})
+	expectCompletions(t, l.b.rcq, Completion{WRID: 4, Opcode: CompRecvRDMAWithImm, QPN: 0x22, ByteLen: 600, Imm: 9, Flags: WithImm})
+	if !bytes.Equal(remote.Bytes(), src.Bytes()) {
+		t.Fatal("data differs")
+	}
+}
+
+// CONFORMANCE N5, N3: progress restores retry_cnt and rnr_retry, so two separate RNR episodes and two
+// separate losses each get the full count; a local ACK timeout shorter than the RNR timer starts no
+// retry during the RNR wait; rnr_retry 7 never runs out.
+func TestRetryCountersReset(t *testing.T) {
+	o := defaultOpts()
+	o.rnr, o.retry, o.minRNR, o.timeout = 1, 1, 1, 8
+	l := newLink(t, o)
+	l.hook = dropAt("A", wire.RCSendOnly, 2, 5)
+	for id := uint64(1); id <= 2; id++ { // each SEND is RNR NAKed once, then its resend is lost
+		must(t, l.a.qp.PostSend(l.now, &SendWR{ID: id, Opcode: WRSend, Flags: Signaled}))
+		l.run(5 * time.Microsecond)
+		must(t, l.b.qp.PostRecv(&RecvWR{ID: id}))
+		l.run(time.Second)
+	}
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Opcode: CompSend, QPN: 0x11}, Completion{WRID: 2, Opcode: CompSend, QPN: 0x11})
+	if c := l.a.qp.Counters(); c.RcvdRNRErr != 2 || c.Timeouts != 2 {
+		t.Fatalf("counters %+v\n%s", c, l.ladderString())
+	}
+
+	o = defaultOpts()
+	o.timeout, o.minRNR = 1, 14 // 8.192 us against 1.28 ms
+	l = newLink(t, o)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend, Flags: Signaled}))
+	l.run(5 * time.Microsecond)
+	rnrAt := l.now
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1}))
+	l.run(time.Second)
+	l.expectLadder(
+		"-> SEND_ONLY psn=256 A",
+		"<- ACKNOWLEDGE psn=256 [RNR NAK 1.28ms msn=0]",
+		"-> SEND_ONLY psn=256 A",
+		"<- ACKNOWLEDGE psn=256 [ACK msn=1]",
+	)
+	if c := l.a.qp.Counters(); c.Timeouts != 0 || l.now.Sub(rnrAt) < 1270*time.Microsecond {
+		t.Fatalf("timeouts %d, resent after %v", c.Timeouts, l.now.Sub(rnrAt))
+	}
+
+	o = defaultOpts()
+	o.rnr, o.minRNR = 7, 1
+	l = newLink(t, o)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend, Flags: Signaled}))
+	l.run(2 * time.Millisecond)
+	if c := l.a.qp.Counters(); c.RcvdRNRErr < 50 || l.a.qp.State() != StateRTS {
+		t.Fatalf("%d RNR NAKs, state %v", c.RcvdRNRErr, l.a.qp.State())
+	}
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1}))
+	l.run(time.Second)
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Opcode: CompSend, QPN: 0x11})
+}
+
+// CONFORMANCE T3: goroce follows IBTA, not rxe: retry_cnt 7 is seven retries (eight transmissions),
+// then RETRY_EXC_ERR. Timeout 0 disables the timer: one transmission, no deadline, no error.
+func TestRetryCnt7AndTimeout0(t *testing.T) {
+	o := defaultOpts()
+	o.retry, o.timeout = 7, 8
+	l := newLink(t, o)
+	l.hook = func(l *link, h *host, p wire.Packet) [][]byte { return nil }
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend}))
+	l.run(time.Second)
+	if len(l.ladder) != 8 {
+		t.Fatalf("%d transmissions:\n%s", len(l.ladder), l.ladderString())
+	}
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Status: StatusRetryExcErr, Opcode: CompSend, QPN: 0x11})
+
+	o.timeout = 0
+	l = newLink(t, o)
+	l.hook = func(l *link, h *host, p wire.Packet) [][]byte { return nil }
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend}))
+	l.run(10 * time.Second)
+	if len(l.ladder) != 1 || !l.a.qp.NextDeadline().IsZero() || l.a.scq.Len() != 0 || l.a.qp.State() != StateRTS {
+		t.Fatalf("ladder:\n%s\ndeadline %v", l.ladderString(), l.a.qp.NextDeadline())
+	}
+}
+
+// CONFORMANCE D4: a requester with more READs outstanding than the responder's max_dest_rd_atomic. Like
+// rxe, goroce's responder does not NAK them: it executes them, recycling its resources, as long as its
+// response queue (max_dest_rd_atomic+4 jobs) has room, and drops the rest unexecuted; the requester's
+// timeout sends those again, and every READ completes.
+func TestReadsBeyondResponderResources(t *testing.T) {
+	o := defaultOpts()
+	o.timeout = 8
+	l := newLink(t, o)
+	o.rdAtomic = 1
+	l.reconnect(l.b, o)
+	local := l.a.reg(t, 64, mr.LocalWrite)
+	remote := l.b.reg(t, 64, mr.RemoteRead)
+	fill(remote.Bytes(), 5)
+	for i := 0; i < 8; i++ {
+		must(t, l.a.qp.PostSend(l.now, &SendWR{ID: uint64(i), Opcode: WRRead, Flags: Signaled, SGL: sge(local, 8*i, 8), RemoteAddr: remote.IOVA() + uint64(8*i), RKey: remote.RKey()}))
+	}
+	l.run(time.Second)
+	got := poll(l.a.scq)
+	if len(got) != 8 {
+		t.Fatalf("completions %+v", got)
+	}
+	for i, wc := range got {
+		if wc.WRID != uint64(i) || wc.Status != StatusSuccess {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+	if !bytes.Equal(local.Bytes(), remote.Bytes()) {
+		t.Fatal("data differs")
+	}
+	if b, a := l.b.qp.Counters(), l.a.qp.Counters(); b.DropResponseQueueFull != 1 || b.FatalNAKs != 0 || a.Timeouts != 1 {
+		t.Fatalf("responder %+v\nrequester %+v\n%s", b, a, l.ladderString())
+	}
+}
+
+// CONFORMANCE D6: a READ response shorter than the READ asked for fails the READ with LOC_LEN_ERR.
+func TestShortReadResponse(t *testing.T) {
+	l := newLink(t, defaultOpts())
+	local := l.a.reg(t, 100, mr.LocalWrite)
+	remote := l.b.reg(t, 100, mr.RemoteRead)
+	l.hook = func(l *link, h *host, p wire.Packet) [][]byte {
+		if p.Opcode() == wire.RCReadResponseOnly {
+			f := p.Fields()
+			b, err := wire.Append(nil, &f, p.Payload()[:50])
+			must(l.t, err)
+			return [][]byte{b}
+		}
+		return [][]byte{p.Bytes()}
+	}
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRRead, SGL: sge(local, 0, 100), RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 2, Opcode: WRSend}))
+	l.run(time.Second)
+	expectCompletions(t, l.a.scq,
+		Completion{WRID: 1, Status: StatusLocLenErr, Opcode: CompRDMARead, QPN: 0x11},
+		Completion{WRID: 2, Status: StatusWRFlushErr, Opcode: CompSend, QPN: 0x11})
+	if l.a.qp.State() != StateErr {
+		t.Fatalf("state %v", l.a.qp.State())
+	}
+}
+
+// CONFORMANCE X1, X2: a compare-and-swap that does not match leaves memory alone and still succeeds,
+// returning the value it found; fetch-and-add wraps modulo 2^64.
+func TestAtomicValues(t *testing.T) {
+	l := newLink(t, defaultOpts())
+	local := l.a.reg(t, 16, mr.LocalWrite)
+	remote := l.b.reg(t, 16, mr.LocalWrite|mr.RemoteAtomic)
+	binary.NativeEndian.PutUint64(remote.Bytes(), 2)
+	binary.NativeEndian.PutUint64(remote.Bytes()[8:], 1<<64-1)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRCompareSwap, Flags: Signaled, SGL: sge(local, 0, 8), RemoteAddr: remote.IOVA(), RKey: remote.RKey(), CompareAdd: 5, Swap: 3}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 2, Opcode: WRFetchAdd, Flags: Signaled, SGL: sge(local, 8, 8), RemoteAddr: remote.IOVA() + 8, RKey: remote.RKey(), CompareAdd: 2}))
+	l.run(time.Second)
+	expectCompletions(t, l.a.scq,
+		Completion{WRID: 1, Opcode: CompCompareSwap, QPN: 0x11, ByteLen: 8},
+		Completion{WRID: 2, Opcode: CompFetchAdd, QPN: 0x11, ByteLen: 8})
+	r, lo := remote.Bytes(), local.Bytes()
+	if binary.NativeEndian.Uint64(r) != 2 || binary.NativeEndian.Uint64(lo) != 2 {
+		t.Fatalf("compare-swap: memory %d, returned %d", binary.NativeEndian.Uint64(r), binary.NativeEndian.Uint64(lo))
+	}
+	if binary.NativeEndian.Uint64(r[8:]) != 1 || binary.NativeEndian.Uint64(lo[8:]) != 1<<64-1 {
+		t.Fatalf("fetch-add: memory %d, returned %#x", binary.NativeEndian.Uint64(r[8:]), binary.NativeEndian.Uint64(lo[8:]))
+	}
+}
+
+// CONFORMANCE X5, L5: FLUSH and ATOMIC_WRITE are parsed but not supported: NAK invalid request, the
+// responder enters ERR, memory untouched. Reserved opcodes never reach an engine: wire.Parse refuses them.
+func TestUnsupportedOpcodes(t *testing.T) {
+	for _, op := range []wire.Opcode{wire.RCFlush, wire.RCAtomicWrite} {
+		o := defaultOpts()
+		o.psnA = 0
+		l := newLink(t, o)
+		remote := l.b.reg(t, 64, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic)
+		f := reth(op, 0, remote, 0, 8)
+		var payload []byte
+		if op == wire.RCAtomicWrite {
+			payload = []byte{1, 2, 3, 4, 5, 6, 7, 8}
+		} else {
+			f.FETH = wire.FlushGlobal
+		}
+		l.inject(l.b, f, payload)
+		expectLines(t, l.drain(l.b), "ACKNOWLEDGE psn=0 [NAK invalid-request msn=0]")
+		if l.b.qp.State() != StateErr || !bytes.Equal(remote.Bytes(), make([]byte, 64)) {
+			t.Fatalf("%v: state %v", op, l.b.qp.State())
+		}
+	}
+	for _, op := range []byte{0x15, 0x18, 0x1B, 0x1F} {
+		b := make([]byte, wire.BTHLen+wire.ICRCLen)
+		b[0] = op
+		if _, err := wire.Parse(b); err == nil {
+			t.Errorf("opcode %#x parsed", op)
+		}
+	}
+}
+
+// CONFORMANCE M6: a WRITE naming a key invalidated locally, or a deregistered region, is NAKed remote
+// access error.
+func TestInvalidatedKeys(t *testing.T) {
+	for _, how := range []string{"local invalidate", "deregister"} {
+		l := newLink(t, defaultOpts())
+		src := l.a.reg(t, 16, mr.LocalWrite)
+		target, err := l.b.mem.Register(l.b.pd, make([]byte, 64), mr.LocalWrite|mr.RemoteWrite, mr.Invalidatable())
+		must(t, err)
+		if how == "deregister" {
+			must(t, l.b.mem.Deregister(target))
+		} else {
+			must(t, l.b.mem.LocalInvalidate(l.b.pd, target.LKey()))
+		}
+		must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRWrite, SGL: sge(src, 0, 16), RemoteAddr: target.IOVA(), RKey: target.RKey()}))
+		l.run(time.Second)
+		expectCompletions(t, l.a.scq, Completion{WRID: 1, Status: StatusRemAccessErr, Opcode: CompRDMAWrite, QPN: 0x11})
+		if l.b.qp.State() != StateErr {
+			t.Fatalf("%s: responder %v", how, l.b.qp.State())
+		}
+	}
+}
+
+// CONFORMANCE M8: a SEND_WITH_INV naming a key that cannot be invalidated (unknown, or a region not
+// registered Invalidatable, rxe's non-fast-reg MR): the receive completes REM_INV_REQ_ERR and the
+// responder enters ERR, but the SEND itself is ACKed (IBTA class J sends no NAK); the requester
+// learns of it only when its next request goes unanswered.
+func TestSendWithInvalidateFailure(t *testing.T) {
+	for _, key := range []string{"unknown", "not invalidatable"} {
+		o := defaultOpts()
+		o.retry, o.timeout = 0, 8
+		l := newLink(t, o)
+		plain := l.b.reg(t, 64, mr.LocalWrite|mr.RemoteWrite)
+		k := plain.RKey()
+		if key == "unknown" {
+			k ^= 0x100
+		}
+		must(t, l.b.qp.PostRecv(&RecvWR{ID: 1}))
+		must(t, l.b.qp.PostRecv(&RecvWR{ID: 2}))
+		must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSendInv, Flags: Signaled, InvalidateRKey: k}))
+		l.run(time.Second)
+		l.expectLadder("-> SEND_ONLY_WITH_INVALIDATE psn=256 A", "<- ACKNOWLEDGE psn=256 [ACK msn=1]")
+		expectCompletions(t, l.a.scq, Completion{WRID: 1, Opcode: CompSend, QPN: 0x11})
+		got := poll(l.b.rcq)
+		if len(got) != 2 || got[0].WRID != 1 || got[0].Status != StatusRemInvReqErr || got[1].Status != StatusWRFlushErr {
+			t.Fatalf("%s: receive completions %+v", key, got)
+		}
+		if l.b.qp.State() != StateErr || l.b.qp.Counters().InvalidateErr != 1 {
+			t.Fatalf("%s: responder %v", key, l.b.qp.State())
+		}
+		must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 2, Opcode: WRSend}))
+		l.run(time.Second)
+		expectCompletions(t, l.a.scq, Completion{WRID: 2, Status: StatusRetryExcErr, Opcode: CompSend, QPN: 0x11})
+	}
+}
+
+// CONFORMANCE L2, L3: WRITE lengths that disagree with the RETH, and MIDDLE or LAST packets with no
+// message open, are NAKed invalid request; the responder enters ERR.
+func TestBadWriteSequences(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pkts func(r *mr.Region) []wire.Fields
+		pay  []int // payload per packet
+		nak  wire.PSN
+	}{
+		{"L2 ONLY shorter than RETH", func(r *mr.Region) []wire.Fields { return []wire.Fields{reth(wire.RCWriteOnly, 0, r, 0, 16)} }, []int{12}, 0},
+		{"L2 ONLY longer than RETH", func(r *mr.Region) []wire.Fields { return []wire.Fields{reth(wire.RCWriteOnly, 0, r, 0, 8)} }, []int{12}, 0},
+		{"L2 FIRST as long as RETH", func(r *mr.Region) []wire.Fields { return []wire.Fields{reth(wire.RCWriteFirst, 0, r, 0, 256)} }, []int{256}, 0},
+		{"L2 RETH above 2^31", func(r *mr.Region) []wire.Fields { return []wire.Fields{reth(wire.RCWriteFirst, 0, r, 0, 1<<31+1)} }, []int{256}, 0},
+		{"L2 LAST beyond RETH", func(r *mr.Region) []wire.Fields {
+			return []wire.Fields{reth(wire.RCWriteFirst, 0, r, 0, 300), rq(wire.RCWriteLast, 1)}
+		}, []int{256, 48}, 1},
+		{"L2 LAST short of RETH", func(r *mr.Region) []wire.Fields {
+			return []wire.Fields{reth(wire.RCWriteFirst, 0, r, 0, 300), rq(wire.RCWriteLast, 1)}
+		}, []int{256, 40}, 1},
+		{"L3 WRITE MIDDLE with no FIRST", func(r *mr.Region) []wire.Fields { return []wire.Fields{rq(wire.RCWriteMiddle, 0)} }, []int{256}, 0},
+		{"L3 SEND LAST with no FIRST", func(r *mr.Region) []wire.Fields { return []wire.Fields{rq(wire.RCSendLast, 0)} }, []int{16}, 0},
+		{"L3 WRITE LAST inside a SEND", func(r *mr.Region) []wire.Fields {
+			return []wire.Fields{rq(wire.RCSendFirst, 0), rq(wire.RCWriteLast, 1)}
+		}, []int{256, 16}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := defaultOpts()
+			o.psnA, o.mtu = 0, wire.MTU256
+			l := newLink(t, o)
+			must(t, l.b.qp.PostRecv(&RecvWR{ID: 1, SGL: sge(l.b.reg(t, 1024, mr.LocalWrite), 0, 1024)}))
+			remote := l.b.reg(t, 1024, mr.LocalWrite|mr.RemoteWrite)
+			for i, f := range tc.pkts(remote) {
+				f.BTH.AckReq = false
+				l.inject(l.b, f, make([]byte, tc.pay[i]))
+			}
+			expectLines(t, l.drain(l.b), "ACKNOWLEDGE psn="+itoa(int(tc.nak))+" [NAK invalid-request msn=0]")
+			if l.b.qp.State() != StateErr || l.b.qp.Counters().FatalNAKs != 1 {
+				t.Fatalf("state %v", l.b.qp.State())
+			}
+		})
+	}
+}
+
+// CONFORMANCE L4: the LAST packet of a 4-packet WRITE is replaced by a READ request at its PSN: NAK
+// invalid request at that PSN, the WRITE fails REM_INV_REQ_ERR, both QPs enter ERR; the first three
+// packets' data has landed.
+func TestMissingLast(t *testing.T) {
+	o := defaultOpts()
+	o.mtu = wire.MTU256
+	l := newLink(t, o)
+	src := l.a.reg(t, 1024, mr.LocalWrite)
+	fill(src.Bytes(), 3)
+	remote := l.b.reg(t, 1024, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead)
+	l.hook = func(l *link, h *host, p wire.Packet) [][]byte {
+		if p.Opcode() == wire.RCWriteLast {
+			f := rq(wire.RCReadRequest, p.BTH().PSN())
+			f.BTH.PKey, f.BTH.DestQP = wire.DefaultPKey, 0x22
+			f.RETH = wire.RETHFields{VA: remote.IOVA(), RKey: remote.RKey(), DMALen: 8}
+			b, err := wire.Append(nil, &f, nil)
+			must(l.t, err)
+			return [][]byte{b}
+		}
+		return [][]byte{p.Bytes()}
+	}
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRWrite, SGL: sge(src, 0, 1024), RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+	l.run(time.Second)
+	if last := l.ladder[len(l.ladder)-1]; last != "<- ACKNOWLEDGE psn=259 [NAK invalid-request msn=0]" {
+		t.Fatalf("ladder:\n%s", l.ladderString())
+	}
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Status: StatusRemInvReqErr, Opcode: CompRDMAWrite, QPN: 0x11})
+	if l.a.qp.State() != StateErr || l.b.qp.State() != StateErr {
+		t.Fatalf("states %v %v", l.a.qp.State(), l.b.qp.State())
+	}
+	if !bytes.Equal(remote.Bytes()[:768], src.Bytes()[:768]) || !bytes.Equal(remote.Bytes()[768:], make([]byte, 256)) {
+		t.Fatal("memory is not the first three packets' data")
+	}
+}
+
+// CONFORMANCE L6, L7: packets of another transport class, and packets with another P_Key, are dropped
+// and counted without an answer or a change of state; a UD QP drops RC packets the same way.
+func TestWrongClassAndPKey(t *testing.T) {
+	o := defaultOpts()
+	o.psnA = 0
+	l := newLink(t, o)
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1}))
+	l.inject(l.b, rq(wire.UCSendOnly, 0), nil)
+	ud := rq(wire.UDSendOnly, 0)
+	ud.DETH = wire.DETHFields{QKey: 0x1111, SrcQP: 0x11}
+	l.inject(l.b, ud, nil)
+	bad := rq(wire.RCSendOnly, 0)
+	bad.BTH.PKey = 0x7FFF
+	l.inject(l.b, bad, nil)
+	if out := l.drain(l.b); len(out) != 0 {
+		t.Fatalf("answered %v", out)
+	}
+	if c := l.b.qp.Counters(); c.DropWrongTransport != 2 || c.DropPKey != 1 || c.Dropped != 3 || l.b.qp.State() != StateRTS || l.b.rcq.Len() != 0 {
+		t.Fatalf("counters %+v", c)
+	}
+	l.inject(l.b, rq(wire.RCSendOnly, 0), nil) // PSN 0 is still expected
+	expectLines(t, l.drain(l.b), "ACKNOWLEDGE psn=0 [ACK msn=1]")
+
+	o.typ = UD
+	l = newLink(t, o)
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1, SGL: sge(l.b.reg(t, 100, mr.LocalWrite), 0, 100)}))
+	l.inject(l.b, rq(wire.RCSendOnly, 0), nil)
+	if c := l.b.qp.Counters(); c.DropWrongTransport != 1 || l.b.rcq.Len() != 0 {
+		t.Fatalf("UD counters %+v", c)
+	}
+}
