@@ -1019,3 +1019,246 @@ func TestWrongClassAndPKey(t *testing.T) {
 		t.Fatalf("UD counters %+v", c)
 	}
 }
+
+// CONFORMANCE U2: a work request Q_Key with the top bit set sends the QP's own Q_Key instead; GSI
+// (QP1) datagrams always carry 0x80010000.
+func TestUDQKeyRules(t *testing.T) {
+	o := defaultOpts()
+	o.typ = UD
+	l := newLink(t, o)
+	src := l.a.reg(t, 8, mr.LocalWrite)
+	dst := l.b.reg(t, 100, mr.LocalWrite)
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1, SGL: sge(dst, 0, 100)}))
+	var qkeys []wire.QKey
+	l.hook = func(l *link, h *host, p wire.Packet) [][]byte {
+		qkeys = append(qkeys, p.DETH().QKey())
+		return [][]byte{p.Bytes()}
+	}
+	ah := &AddressHandle{}
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend, SGL: sge(src, 0, 8), AH: ah, RemoteQPN: 0x22, RemoteQKey: 0x80002222}))
+	l.run(time.Second)
+	expectCompletions(t, l.b.rcq, Completion{WRID: 1, Opcode: CompRecv, QPN: 0x22, ByteLen: 48, SrcQP: 0x11, Flags: WithGRH})
+
+	gsi := newHost(t, "GSI", UD, wire.QPNGSI, false)
+	connect(t, l.now, gsi.qp, 0, o, 0, 0)
+	must(t, gsi.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend, AH: ah, RemoteQPN: wire.QPNGSI, RemoteQKey: 0x1111}))
+	b, _, ok := gsi.qp.AppendPacket(l.now, nil)
+	p, err := wire.Parse(b)
+	if !ok || err != nil {
+		t.Fatalf("GSI sent nothing: %v", err)
+	}
+	qkeys = append(qkeys, p.DETH().QKey())
+	if len(qkeys) != 2 || qkeys[0] != 0x1111 || qkeys[1] != wire.GSIQKey {
+		t.Fatalf("Q_Keys on the wire %#x", qkeys)
+	}
+}
+
+// CONFORMANCE U4: UD and UC messages with no receive posted, or (UD) one too small, are dropped with no
+// RNR NAK and no receive completion; the sender completes successfully; a receive too small stays for
+// the next datagram.
+func TestUnreliableWithoutReceive(t *testing.T) {
+	o := defaultOpts()
+	o.typ = UD
+	l := newLink(t, o)
+	src := l.a.reg(t, 100, mr.LocalWrite)
+	ah := &AddressHandle{}
+	send := func(id uint64, n int) {
+		must(t, l.a.qp.PostSend(l.now, &SendWR{ID: id, Opcode: WRSend, Flags: Signaled, SGL: sge(src, 0, n), AH: ah, RemoteQPN: 0x22, RemoteQKey: 0x1111}))
+		l.run(time.Second)
+	}
+	send(1, 100)
+	dst := l.b.reg(t, 100, mr.LocalWrite)
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 7, SGL: sge(dst, 0, 100)}))
+	send(2, 100) // 40 + 100 bytes do not fit
+	send(3, 60)
+	l.expectLadder("-> UD SEND_ONLY psn=256 +100", "-> UD SEND_ONLY psn=257 +100", "-> UD SEND_ONLY psn=258 +60")
+	expectCompletions(t, l.a.scq,
+		Completion{WRID: 1, Opcode: CompSend, QPN: 0x11, ByteLen: 100},
+		Completion{WRID: 2, Opcode: CompSend, QPN: 0x11, ByteLen: 100},
+		Completion{WRID: 3, Opcode: CompSend, QPN: 0x11, ByteLen: 60})
+	expectCompletions(t, l.b.rcq, Completion{WRID: 7, Opcode: CompRecv, QPN: 0x22, ByteLen: 100, SrcQP: 0x11, Flags: WithGRH})
+	if c := l.b.qp.Counters(); c.DropNoRecv != 1 || c.DropRecvTooSmall != 1 {
+		t.Fatalf("counters %+v", c)
+	}
+
+	o.typ = UC
+	l = newLink(t, o)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend, Flags: Signaled}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 2, Opcode: WRWriteImm, Flags: Signaled}))
+	l.run(time.Second)
+	l.expectLadder("-> UC SEND_ONLY psn=256", "-> UC RDMA_WRITE_ONLY_WITH_IMMEDIATE psn=257 len=0")
+	if got := poll(l.a.scq); len(got) != 2 || got[0].Status != StatusSuccess || got[1].Status != StatusSuccess {
+		t.Fatalf("send completions %+v", got)
+	}
+	if c := l.b.qp.Counters(); c.DropNoRecv != 2 || c.SendRNRErr != 0 || l.b.rcq.Len() != 0 {
+		t.Fatalf("UC counters %+v", c)
+	}
+}
+
+// CONFORMANCE U8: on UC, MIDDLE and LAST packets with no message open are dropped; a FIRST while a
+// message is open replaces it, and the receive goes to the new message.
+func TestUCSequence(t *testing.T) {
+	o := defaultOpts()
+	o.typ, o.mtu, o.psnA = UC, wire.MTU256, 0
+	l := newLink(t, o)
+	dst := l.b.reg(t, 1024, mr.LocalWrite)
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1, SGL: sge(dst, 0, 1024)}))
+	a := bytes.Repeat([]byte{0xAA}, 256)
+	b := bytes.Repeat([]byte{0xBB}, 256)
+	uc := func(op wire.Opcode, psn wire.PSN) wire.Fields { return wire.Fields{BTH: wire.BTHFields{Opcode: op, PSN: psn}} }
+	l.inject(l.b, uc(wire.UCSendMiddle, 0), a)
+	l.inject(l.b, uc(wire.UCSendLast, 1), a[:10])
+	l.inject(l.b, uc(wire.UCSendFirst, 2), a)
+	l.inject(l.b, uc(wire.UCSendFirst, 3), b) // replaces the open message
+	l.inject(l.b, uc(wire.UCSendLast, 4), b[:20])
+	expectCompletions(t, l.b.rcq, Completion{WRID: 1, Opcode: CompRecv, QPN: 0x22, ByteLen: 276})
+	if !bytes.Equal(dst.Bytes()[:276], bytes.Repeat([]byte{0xBB}, 276)) {
+		t.Fatal("the receive does not hold the second message")
+	}
+	if c := l.b.qp.Counters(); c.DropUCMessage != 2 || l.b.qp.State() != StateRTS {
+		t.Fatalf("counters %+v", c)
+	}
+	if out := l.drain(l.b); len(out) != 0 {
+		t.Fatalf("UC responder answered %v", out)
+	}
+}
+
+// CONFORMANCE U9: UC WRITEs with a bad rkey, or to a QP without remote write, are dropped silently; the
+// QP stays in RTS and the receive a dropped WRITE with immediate had taken serves the next message.
+func TestUCAccessErrors(t *testing.T) {
+	o := defaultOpts()
+	o.typ, o.psnA = UC, 0
+	l := newLink(t, o)
+	remote := l.b.reg(t, 64, mr.LocalWrite|mr.RemoteWrite)
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1}))
+	uc := func(op wire.Opcode, psn wire.PSN, key wire.RKey) wire.Fields {
+		return wire.Fields{BTH: wire.BTHFields{Opcode: op, PSN: psn}, RETH: wire.RETHFields{VA: remote.IOVA(), RKey: key, DMALen: 8}, Imm: 5}
+	}
+	data := []byte{1, 2, 3, 4, 5, 6, 7, 8}
+	l.inject(l.b, uc(wire.UCWriteOnly, 0, remote.RKey()^0x100), data)
+	l.inject(l.b, uc(wire.UCWriteOnlyImm, 1, remote.RKey()^0x100), data)
+	if c := l.b.qp.Counters(); c.DropUCMessage != 2 || l.b.rcq.Len() != 0 || l.b.qp.State() != StateRTS {
+		t.Fatalf("counters %+v", c)
+	}
+	l.inject(l.b, uc(wire.UCWriteOnlyImm, 2, remote.RKey()), data)
+	expectCompletions(t, l.b.rcq, Completion{WRID: 1, Opcode: CompRecvRDMAWithImm, QPN: 0x22, ByteLen: 8, Imm: 5, Flags: WithImm})
+	if !bytes.Equal(remote.Bytes()[:8], data) {
+		t.Fatal("the good WRITE did not land")
+	}
+
+	o.access = mr.RemoteRead
+	l = newLink(t, o)
+	remote = l.b.reg(t, 64, mr.LocalWrite|mr.RemoteWrite)
+	l.inject(l.b, uc(wire.UCWriteOnly, 0, remote.RKey()), data)
+	if c := l.b.qp.Counters(); c.DropUCMessage != 1 || l.b.qp.State() != StateRTS || !bytes.Equal(remote.Bytes(), make([]byte, 64)) {
+		t.Fatalf("counters %+v", c)
+	}
+}
+
+// CONFORMANCE C5, C2, R2: completion opcodes, lengths and flags of every operation; sq_sig_all makes
+// unsignaled requests complete; a zero-length SEND is one SEND_ONLY without payload and a receive of 0
+// bytes.
+func TestCompletionFields(t *testing.T) {
+	l := newLink(t, defaultOpts())
+	l.a.qp.cfg.SigAll = true
+	src := l.a.reg(t, 64, mr.LocalWrite)
+	local := l.a.reg(t, 64, mr.LocalWrite)
+	remote := l.b.reg(t, 64, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic)
+	inv, err := l.b.mem.Register(l.b.pd, make([]byte, 8), mr.LocalWrite|mr.RemoteWrite, mr.Invalidatable())
+	must(t, err)
+	recv := l.b.reg(t, 256, mr.LocalWrite)
+	for i := 0; i < 5; i++ {
+		must(t, l.b.qp.PostRecv(&RecvWR{ID: uint64(10 + i), SGL: sge(recv, 50*i, 50)}))
+	}
+	rk := remote.RKey()
+	for _, wr := range []SendWR{
+		{ID: 1, Opcode: WRSend},
+		{ID: 2, Opcode: WRSendImm, Imm: 0x1234, SGL: sge(src, 0, 16)},
+		{ID: 3, Opcode: WRSendInv, InvalidateRKey: inv.RKey(), SGL: sge(src, 0, 17)},
+		{ID: 4, Opcode: WRWrite, SGL: sge(src, 0, 18), RemoteAddr: remote.IOVA(), RKey: rk},
+		{ID: 5, Opcode: WRWriteImm, Imm: 7, SGL: sge(src, 0, 19), RemoteAddr: remote.IOVA(), RKey: rk},
+		{ID: 6, Opcode: WRRead, SGL: sge(local, 0, 20), RemoteAddr: remote.IOVA(), RKey: rk},
+		{ID: 7, Opcode: WRCompareSwap, SGL: sge(local, 24, 8), RemoteAddr: remote.IOVA() + 32, RKey: rk},
+		{ID: 8, Opcode: WRFetchAdd, SGL: sge(local, 32, 8), RemoteAddr: remote.IOVA() + 32, RKey: rk, CompareAdd: 1},
+		{ID: 9, Opcode: WRSend, Flags: Solicited, SGL: sge(src, 0, 3)},
+	} {
+		must(t, l.a.qp.PostSend(l.now, &wr))
+	}
+	l.run(time.Second)
+	if l.ladder[0] != "-> SEND_ONLY psn=256 A" {
+		t.Fatalf("zero-length SEND sent as %q", l.ladder[0])
+	}
+	expectCompletions(t, l.a.scq,
+		Completion{WRID: 1, Opcode: CompSend, QPN: 0x11},
+		Completion{WRID: 2, Opcode: CompSend, QPN: 0x11, ByteLen: 16},
+		Completion{WRID: 3, Opcode: CompSend, QPN: 0x11, ByteLen: 17},
+		Completion{WRID: 4, Opcode: CompRDMAWrite, QPN: 0x11, ByteLen: 18},
+		Completion{WRID: 5, Opcode: CompRDMAWrite, QPN: 0x11, ByteLen: 19},
+		Completion{WRID: 6, Opcode: CompRDMARead, QPN: 0x11, ByteLen: 20},
+		Completion{WRID: 7, Opcode: CompCompareSwap, QPN: 0x11, ByteLen: 8},
+		Completion{WRID: 8, Opcode: CompFetchAdd, QPN: 0x11, ByteLen: 8},
+		Completion{WRID: 9, Opcode: CompSend, QPN: 0x11, ByteLen: 3})
+	expectCompletions(t, l.b.rcq,
+		Completion{WRID: 10, Opcode: CompRecv, QPN: 0x22},
+		Completion{WRID: 11, Opcode: CompRecv, QPN: 0x22, ByteLen: 16, Imm: 0x1234, Flags: WithImm},
+		Completion{WRID: 12, Opcode: CompRecv, QPN: 0x22, ByteLen: 17, InvalidatedRKey: inv.RKey(), Flags: WithInv},
+		Completion{WRID: 13, Opcode: CompRecvRDMAWithImm, QPN: 0x22, ByteLen: 19, Imm: 7, Flags: WithImm},
+		Completion{WRID: 14, Opcode: CompRecv, QPN: 0x22, ByteLen: 3})
+}
+
+// cnpPacer is a pacer that lets every packet go and counts the CNPs it is told about.
+type cnpPacer struct{ cnps, sent int }
+
+func (p *cnpPacer) NextSend(now time.Time, n int) time.Time { return now }
+func (p *cnpPacer) OnSent(now time.Time, n int)             { p.sent++ }
+func (p *cnpPacer) OnCNP(now time.Time)                     { p.cnps++ }
+
+// plainPacer paces nothing and does not take CNPs.
+type plainPacer struct{}
+
+func (plainPacer) NextSend(now time.Time, n int) time.Time { return now }
+func (plainPacer) OnSent(now time.Time, n int)             {}
+
+// CONFORMANCE K4, K5, K6: a CNP to a QP is counted and handed to a pacer that takes CNPs, and has no
+// transport effect: no packet, no completion, no change to PSNs, timers or retry counters, whatever
+// the QP's state. A packet marked CE is counted and otherwise processed as usual.
+func TestCNP(t *testing.T) {
+	o := defaultOpts()
+	o.timeout = 8
+	l := newLink(t, o)
+	p := &cnpPacer{}
+	l.a.qp.cfg.Pacer = p
+	l.hook = func(l *link, h *host, p wire.Packet) [][]byte { return nil }
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend}))
+	l.pump()
+	deadline, before := l.a.qp.NextDeadline(), l.a.qp.Query()
+	cnp := wire.Fields{BTH: wire.BTHFields{Opcode: wire.CNP}}
+	for i := 0; i < 3; i++ {
+		l.inject(l.a, cnp, nil)
+	}
+	c := l.a.qp.Counters()
+	if c.RcvdCNP != 3 || p.cnps != 3 || c.Dropped != 0 || c.CompleterRetryErr != 0 || l.a.scq.Len() != 0 {
+		t.Fatalf("counters %+v, pacer saw %d CNPs", c, p.cnps)
+	}
+	if out := l.drain(l.a); len(out) != 0 || !l.a.qp.NextDeadline().Equal(deadline) || l.a.qp.Query() != before || l.a.qp.cmp.retryLeft != o.retry {
+		t.Fatalf("a CNP changed the transport: sent %v, deadline %v", out, l.a.qp.NextDeadline())
+	}
+	l.b.qp.cfg.Pacer = plainPacer{}
+	must(t, l.b.qp.Modify(l.now, &Attr{State: StateErr}, AttrState))
+	l.inject(l.b, cnp, nil)
+	if c := l.b.qp.Counters(); c.RcvdCNP != 1 || c.Dropped != 0 {
+		t.Fatalf("counters of a QP in ERR %+v", c)
+	}
+
+	l = newLink(t, defaultOpts())
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1}))
+	b, err := wire.Append(nil, &wire.Fields{BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x22, PSN: 0x100, AckReq: true}}, nil)
+	must(t, err)
+	pkt, err := wire.Parse(b)
+	must(t, err)
+	l.b.qp.HandlePacket(l.now, pkt, &RxInfo{CE: true})
+	expectLines(t, l.drain(l.b), "ACKNOWLEDGE psn=256 [ACK msn=1]")
+	if c := l.b.qp.Counters(); c.RcvdCE != 1 || l.b.rcq.Len() != 1 {
+		t.Fatalf("counters %+v", c)
+	}
+}
