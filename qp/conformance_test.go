@@ -206,7 +206,6 @@ func TestRequestsBehindRNR(t *testing.T) {
 	}
 }
 
-
 // dropAt returns a hook that drops the listed matches (1-based) of op sent by the given side.
 func dropAt(from string, op wire.Opcode, nth ...int) func(*link, *host, wire.Packet) [][]byte {
 	seen := 0
@@ -1105,7 +1104,9 @@ func TestUCSequence(t *testing.T) {
 	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1, SGL: sge(dst, 0, 1024)}))
 	a := bytes.Repeat([]byte{0xAA}, 256)
 	b := bytes.Repeat([]byte{0xBB}, 256)
-	uc := func(op wire.Opcode, psn wire.PSN) wire.Fields { return wire.Fields{BTH: wire.BTHFields{Opcode: op, PSN: psn}} }
+	uc := func(op wire.Opcode, psn wire.PSN) wire.Fields {
+		return wire.Fields{BTH: wire.BTHFields{Opcode: op, PSN: psn}}
+	}
 	l.inject(l.b, uc(wire.UCSendMiddle, 0), a)
 	l.inject(l.b, uc(wire.UCSendLast, 1), a[:10])
 	l.inject(l.b, uc(wire.UCSendFirst, 2), a)
