@@ -1156,9 +1156,9 @@ func TestUCAccessErrors(t *testing.T) {
 	}
 }
 
-// CONFORMANCE C5, C2, R2: completion opcodes, lengths and flags of every operation; sq_sig_all makes
+// CONFORMANCE C5, C2, R1, R2: completion opcodes, lengths and flags of every operation; sq_sig_all makes
 // unsignaled requests complete; a zero-length SEND is one SEND_ONLY without payload and a receive of 0
-// bytes.
+// bytes; the SE bit is set only on the request that asked for it.
 func TestCompletionFields(t *testing.T) {
 	l := newLink(t, defaultOpts())
 	l.a.qp.cfg.SigAll = true
@@ -1170,6 +1170,13 @@ func TestCompletionFields(t *testing.T) {
 	recv := l.b.reg(t, 256, mr.LocalWrite)
 	for i := 0; i < 5; i++ {
 		must(t, l.b.qp.PostRecv(&RecvWR{ID: uint64(10 + i), SGL: sge(recv, 50*i, 50)}))
+	}
+	var se []string
+	l.hook = func(l *link, h *host, p wire.Packet) [][]byte {
+		if p.BTH().SolicitedEvent() {
+			se = append(se, describe(p))
+		}
+		return [][]byte{p.Bytes()}
 	}
 	rk := remote.RKey()
 	for _, wr := range []SendWR{
@@ -1189,6 +1196,7 @@ func TestCompletionFields(t *testing.T) {
 	if l.ladder[0] != "-> SEND_ONLY psn=256 A" {
 		t.Fatalf("zero-length SEND sent as %q", l.ladder[0])
 	}
+	expectLines(t, se, "SEND_ONLY psn=264 A +3") // SE only where asked for
 	expectCompletions(t, l.a.scq,
 		Completion{WRID: 1, Opcode: CompSend, QPN: 0x11},
 		Completion{WRID: 2, Opcode: CompSend, QPN: 0x11, ByteLen: 16},
