@@ -164,6 +164,11 @@ type Endpoint struct {
 	// soon as the engine produces it. It may post work requests.
 	OnCompletion func(ep *Endpoint, wc *qp.Completion)
 
+	// RetransmitMismatch, with Sim.VerifyRetransmits set, describes the first request packet that was
+	// sent again with a PSN it had carried different contents under; "" if none.
+	RetransmitMismatch string
+	sent               map[wire.PSN]sentRecord
+
 	gidx       int32
 	flow       int32
 	delivering bool
@@ -360,11 +365,43 @@ func (ep *Endpoint) count(k *packet) {
 		return
 	}
 	psn := b.PSN()
+	if ep.Host.s.VerifyRetransmits {
+		ep.verify(psn, k.transport())
+	}
 	if ep.sentAny && !ep.maxPSN.Before(psn) {
 		ep.Stats.Retransmits++
 		return
 	}
 	ep.sentAny, ep.maxPSN = true, psn
+}
+
+// verify checks that a request packet is the same packet every time its PSN is sent: a retransmission
+// must repeat the original's opcode, headers and payload (only AckReq may differ).
+func (ep *Endpoint) verify(psn wire.PSN, t []byte) {
+	h := uint64(14695981039346656037)
+	for i, c := range t[:len(t)-wire.ICRCLen] {
+		if i == 8 {
+			c &^= 0x80 // AckReq
+		}
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	if ep.sent == nil {
+		ep.sent = make(map[wire.PSN]sentRecord)
+	}
+	old, ok := ep.sent[psn]
+	if !ok {
+		ep.sent[psn] = sentRecord{hash: h, op: wire.Opcode(t[0])}
+		return
+	}
+	if old.hash != h && ep.RetransmitMismatch == "" {
+		ep.RetransmitMismatch = fmt.Sprintf("request psn %#06x sent first as %v, then as a different %v",
+			uint32(psn), old.op.Info().Name, wire.Opcode(t[0]).Info().Name)
+	}
+}
+
+type sentRecord struct {
+	hash uint64
+	op   wire.Opcode
 }
 
 // receive runs a packet that arrived at the host through the datapath checks and into its queue pair.

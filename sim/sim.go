@@ -32,6 +32,10 @@ type Sim struct {
 	tracer func(*TraceEvent)
 	tev    TraceEvent
 
+	// VerifyRetransmits makes hosts remember every request packet by PSN and check that each
+	// retransmission repeats it (Endpoint.RetransmitMismatch). It costs a map entry per PSN: for tests.
+	VerifyRetransmits bool
+
 	// Processed counts the events run so far.
 	Processed uint64
 }
