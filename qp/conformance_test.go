@@ -845,7 +845,7 @@ func TestUnsupportedOpcodes(t *testing.T) {
 			t.Fatalf("%v: state %v", op, l.b.qp.State())
 		}
 	}
-	for _, op := range []byte{0x15, 0x18, 0x1B, 0x1F} {
+	for _, op := range []byte{0x15, 0x18, 0x19, 0x1A, 0x1B, 0x1E, 0x1F} {
 		b := make([]byte, wire.BTHLen+wire.ICRCLen)
 		b[0] = op
 		if _, err := wire.Parse(b); err == nil {
