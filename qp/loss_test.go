@@ -341,3 +341,33 @@ func TestLateAckAfterTimeout(t *testing.T) {
 		t.Fatalf("timeouts %d, ghost responses %d:\n%s", c.Timeouts, c.DropGhostResponse, l.ladderString())
 	}
 }
+
+// The retransmission timer runs as soon as any packet is outstanding, not only once a message is
+// wholly sent: a long WRITE whose whole first window is lost (so nothing comes back at all) is
+// retransmitted after the timeout.
+func TestTimerArmedMidMessage(t *testing.T) {
+	o := defaultOpts()
+	o.mtu = wire.MTU256
+	o.timeout = 8
+	l := newLink(t, o)
+	src := l.a.reg(t, 256*300, mr.LocalWrite)
+	remote := l.b.reg(t, 256*300, mr.LocalWrite|mr.RemoteWrite)
+	fill(src.Bytes(), 3)
+	lost := 0
+	l.hook = func(l *link, h *host, p wire.Packet) [][]byte {
+		if h == l.a && lost < maxUnackedPSNs {
+			lost++
+			return nil
+		}
+		return [][]byte{p.Bytes()}
+	}
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRWrite, Flags: Signaled, SGL: sge(src, 0, 256*300), RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+	l.run(time.Second)
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Opcode: CompRDMAWrite, QPN: 0x11, ByteLen: 256 * 300})
+	if c := l.a.qp.Counters(); c.Timeouts != 1 {
+		t.Fatalf("timeouts %d", c.Timeouts)
+	}
+	if !bytes.Equal(src.Bytes(), remote.Bytes()) {
+		t.Fatal("data differs")
+	}
+}

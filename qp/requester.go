@@ -77,14 +77,18 @@ func (r *requester) appendPacket(q *QP, now time.Time, dst []byte) ([]byte, Tx, 
 	if q.typ == UD {
 		tx.AH, tx.DestQPN = w.ah, w.wr.RemoteQPN
 	}
-	if w.sent {
-		switch q.typ {
-		case RC:
+	switch {
+	case q.typ == RC:
+		// The local ACK timer runs whenever a packet is unacknowledged: armed by the first packet sent
+		// while it is idle, restarted by progress (rxe_req.c: "armed if not pending"). Arming it only at
+		// the end of a message would leave a long WRITE whose window of packets all got lost without
+		// any timer at all.
+		if q.cmp.timer.IsZero() {
 			q.cmp.armTimer(q, now)
-		default:
-			// UC and UD requests complete once sent: nothing acknowledges them. IBTA Vol 1 9.8.
-			q.complete(w, StatusSuccess)
 		}
+	case w.sent:
+		// UC and UD requests complete once sent: nothing acknowledges them. IBTA Vol 1 9.8.
+		q.complete(w, StatusSuccess)
 	}
 	return out, tx, true
 }
