@@ -98,7 +98,6 @@ type Device struct {
 	local  netip.AddrPort
 	gid    GID
 	shards []*shard
-	pool   bufPool
 
 	qps     sync.Map // wire.QPN -> *QP
 	nqps    atomic.Int64
@@ -156,7 +155,6 @@ func Open(cfg Config) (*Device, error) {
 		rng:     rand.New(rand.NewChaCha8(seed)),
 		objects: map[closer]struct{}{},
 	}
-	d.pool.init(4096)
 	for i := 0; i < cfg.Shards; i++ {
 		s := newShard(d)
 		d.shards = append(d.shards, s)
@@ -275,34 +273,8 @@ func (d *Device) Stats() Stats {
 	return out
 }
 
-// bufPool is a bounded free list of receive buffers. A buffer travels from the receive loop to the
-// shard that owns the packet's QP and back.
-type bufPool struct {
-	free chan *rxBuf
-}
-
-type rxBuf struct{ b []byte }
-
 // rxBufSize holds the largest RoCEv2 datagram: headers, a 4096-byte payload, pad and ICRC.
 const rxBufSize = 4096 + 256
-
-func (p *bufPool) init(n int) { p.free = make(chan *rxBuf, n) }
-
-func (p *bufPool) get() *rxBuf {
-	select {
-	case b := <-p.free:
-		return b
-	default:
-		return &rxBuf{b: make([]byte, rxBufSize)}
-	}
-}
-
-func (p *bufPool) put(b *rxBuf) {
-	select {
-	case p.free <- b:
-	default:
-	}
-}
 
 // ipv4Template writes the IPv4 header a RoCEv2 packet of n transport bytes travels in, with
 // identification 0 and DF as goroce sends it; TOS, TTL and checksum are masked by the ICRC.

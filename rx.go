@@ -5,35 +5,37 @@ import (
 	"net/netip"
 
 	"github.com/goroce/goroce/internal/conn"
+	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
 )
 
-// rxItem is a received packet on its way to the shard that owns its QP. The shard returns buf to the
-// pool once the engine has processed the packet.
+// rxItem is a received packet and what the socket said about it.
 type rxItem struct {
 	qp   *QP
-	buf  *rxBuf
 	pkt  wire.Packet
 	from netip.AddrPort
 	to   netip.Addr
 	tos  uint8
 }
 
-// rxLoop reads batches from the socket, validates each packet once (wire.Parse, then the ICRC),
-// finds its QP and hands it to the QP's owner. It is the only reader of the socket.
+// rxLoop reads batches from the socket, validates each packet once (wire.Parse, then the ICRC), runs
+// it through its QP's engine, and then sends what the engines it touched want to send, in one batch.
+// It is the only reader of the socket.
 func (d *Device) rxLoop() {
 	defer d.wg.Done()
 	batch := d.conn.BatchSize()
 	msgs := make([]conn.Message, batch)
-	bufs := make([]*rxBuf, batch)
+	bufs := make([][]byte, batch)
+	for i := range bufs {
+		bufs[i] = make([]byte, rxBufSize)
+	}
 	v := icrcVerifier{rec: wire.IDRecovery{RequireDF: true}}
-	touched := make([]bool, len(d.shards))
+	tx := newTxBatch(batch)
+	var info qp.RxInfo
+	var touched []*QP
 	for {
 		for i := range msgs {
-			if bufs[i] == nil {
-				bufs[i] = d.pool.get()
-			}
-			msgs[i] = conn.Message{Buf: bufs[i].b}
+			msgs[i] = conn.Message{Buf: bufs[i]}
 		}
 		n, err := d.conn.ReadBatch(msgs)
 		if err != nil {
@@ -76,19 +78,20 @@ func (d *Device) rxLoop() {
 					continue
 				}
 			}
-			if !q.shard.enqueue(rxItem{qp: q, buf: bufs[i], pkt: pkt, from: m.Addr, to: to, tos: m.TOS}) {
-				d.stats.dropInboxFull.Add(1)
-				continue
-			}
-			bufs[i] = nil
-			touched[q.shard.id] = true
-		}
-		for i, t := range touched {
-			if t {
-				d.shards[i].kick()
-				touched[i] = false
+			it := rxItem{qp: q, pkt: pkt, from: m.Addr, to: to, tos: m.TOS}
+			d.deliver(&it, &info)
+			if !q.rxTouched {
+				q.rxTouched = true
+				touched = append(touched, q)
 			}
 		}
+		for _, q := range touched {
+			q.rxTouched = false
+			d.pump(q, tx)
+		}
+		d.flush(tx)
+		clear(touched)
+		touched = touched[:0]
 	}
 }
 

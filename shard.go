@@ -10,41 +10,145 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// inboxCap bounds the packets waiting for a shard; past it the receive loop drops and counts.
-const inboxCap = 8192
-
-// shard is a goroutine that owns queue pairs: it runs their engines on received packets, on timers
-// and on posted work, and sends what they produce in batches.
+// The datapath runs a QP's engine where the work arrives, under the QP's lock, and sends what the
+// engine produces right there, in a batch:
 //
-// mu guards inbox, ready and queued flags; everything else belongs to the shard goroutine. Lock
-// order: shard.mu, then never a QP's lock (a QP's lock may be held while taking shard.mu).
+//   - the receive loop handles each packet and then pumps the QPs it touched, so an ACK, a READ
+//     response or the next window of a WRITE leaves without a goroutine hand-off;
+//   - PostSend pumps the QP from the caller's goroutine, like ringing a NIC's doorbell;
+//   - a shard goroutine owns the QPs' timers (retransmission, RNR waits, pacing) and runs the engines
+//     when one comes due.
+//
+// Like a hardware NIC, then, the engine of a QP is never run by two goroutines at once (its lock
+// serializes them), and nothing waits for a goroutine to wake up on the latency path.
+
+// txBatch collects packets for one WriteBatch. Each goroutine that sends has its own.
+type txBatch struct {
+	msgs []conn.Message
+	bufs [][]byte
+	n    int
+}
+
+func newTxBatch(size int) *txBatch {
+	b := &txBatch{msgs: make([]conn.Message, size), bufs: make([][]byte, size)}
+	for i := range b.bufs {
+		b.bufs[i] = make([]byte, 0, rxBufSize)
+	}
+	return b
+}
+
+// pump moves q's packets into tb, flushing tb whenever it fills, until the engine has nothing more to
+// send now; then it makes sure q's next deadline is in its shard's timer heap. The caller must not
+// hold q's lock.
+func (d *Device) pump(q *QP, tb *txBatch) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
+	now := d.clock.Now()
+	for {
+		if tb.n == len(tb.msgs) {
+			d.flush(tb)
+		}
+		out, tx, ok := q.eng.AppendPacket(now, tb.bufs[tb.n][:0])
+		if !ok {
+			break
+		}
+		dst, ok := q.destination(tx)
+		if !ok {
+			d.stats.dropNoRoute.Add(1)
+			continue
+		}
+		d.seal(out, dst)
+		tb.bufs[tb.n] = out[:0]
+		tb.msgs[tb.n] = conn.Message{Buf: out, Addr: dst, TOS: q.trafficClass(tx)}
+		tb.n++
+		if t := d.cfg.Tracer; t != nil {
+			if p, err := wire.Parse(out); err == nil {
+				t.Packet(TraceEvent{Dir: Sent, At: now, From: d.local, To: dst, Packet: p})
+			}
+		}
+	}
+	// The shard's heap holds at most one live deadline per QP, q.scheduled. A later deadline than
+	// the scheduled one needs nothing: when the scheduled one fires, the shard finds nothing due and
+	// files the new one. An earlier one, or one where none is scheduled, needs the shard.
+	next := q.eng.NextDeadline()
+	wake := !next.IsZero() && (q.scheduled.IsZero() || next.Before(q.scheduled))
+	q.mu.Unlock()
+	if wake {
+		q.shard.markReady(q)
+	}
+}
+
+// seal fills in the ICRC for the IP and UDP headers the kernel will put in front of the packet: the
+// device's address and port, identification 0 with DF (IP_PMTUDISC_DO), and the peer's address.
+func (d *Device) seal(pkt []byte, dst netip.AddrPort) {
+	var udp [8]byte
+	udpTemplate(&udp, d.local.Port(), dst.Port(), len(pkt))
+	src, to := d.local.Addr(), dst.Addr()
+	if src.Is4() {
+		var ip [20]byte
+		ipv4Template(&ip, src, to.Unmap(), len(pkt))
+		_ = wire.SetICRC(ip[:], udp[:], pkt)
+		return
+	}
+	var ip [40]byte
+	ipv6Template(&ip, src, to, len(pkt))
+	_ = wire.SetICRC(ip[:], udp[:], pkt)
+}
+
+// flush sends tb's packets.
+func (d *Device) flush(tb *txBatch) {
+	if tb.n == 0 {
+		return
+	}
+	for i := 0; i < tb.n; i++ {
+		d.stats.txPackets.Add(1)
+		d.stats.txBytes.Add(uint64(len(tb.msgs[i].Buf)))
+	}
+	for sent := 0; sent < tb.n; {
+		n, err := d.conn.WriteBatch(tb.msgs[sent:tb.n])
+		if err != nil || n == 0 {
+			break // the socket is closing; what is not sent is lost like any packet
+		}
+		sent += n
+	}
+	tb.n = 0
+}
+
+// txPool lends batches to goroutines that send from PostSend.
+var txPool sync.Pool
+
+func (d *Device) getTxBatch() *txBatch {
+	if tb, ok := txPool.Get().(*txBatch); ok && len(tb.msgs) == d.conn.BatchSize() {
+		return tb
+	}
+	return newTxBatch(d.conn.BatchSize())
+}
+
+func (d *Device) putTxBatch(tb *txBatch) { txPool.Put(tb) }
+
+// shard is a goroutine that keeps its QPs' timers: it runs an engine when its deadline comes, and
+// files the deadlines the datapath reports.
+//
+// mu guards ready and each QP's queued flag; timers belong to the shard goroutine. Lock order: a QP's
+// lock before shard.mu.
 type shard struct {
 	id   int
 	dev  *Device
 	wake chan struct{}
+	tx   *txBatch
 
 	mu    sync.Mutex
-	inbox []rxItem
 	ready []*QP
 
-	// owned by the shard goroutine
-	spare   []rxItem
-	work    []*QP
-	timers  timerHeap
-	tx      []conn.Message
-	txBufs  [][]byte
-	txN     int
-	rxInfo  qp.RxInfo
-	pending []*QP // QPs that still had packets when the batch filled
+	work   []*QP
+	timers timerHeap
 }
 
 func newShard(d *Device) *shard {
-	b := d.conn.BatchSize()
-	s := &shard{id: len(d.shards), dev: d, wake: make(chan struct{}, 1), tx: make([]conn.Message, b), txBufs: make([][]byte, b)}
-	for i := range s.txBufs {
-		s.txBufs[i] = make([]byte, 0, rxBufSize)
-	}
-	return s
+	return &shard{id: len(d.shards), dev: d, wake: make(chan struct{}, 1), tx: newTxBatch(d.conn.BatchSize())}
 }
 
 // kick wakes the shard goroutine.
@@ -55,18 +159,7 @@ func (s *shard) kick() {
 	}
 }
 
-// enqueue hands a received packet to the shard; false means the inbox is full.
-func (s *shard) enqueue(it rxItem) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.inbox) >= inboxCap {
-		return false
-	}
-	s.inbox = append(s.inbox, it)
-	return true
-}
-
-// markReady schedules q for the shard's next transmit round and wakes the shard.
+// markReady asks the shard to run q's engine and file its deadline.
 func (s *shard) markReady(q *QP) {
 	s.mu.Lock()
 	if !q.queued {
@@ -84,37 +177,37 @@ func (s *shard) run() {
 	defer timer.Stop()
 	for {
 		s.mu.Lock()
-		items := s.inbox
-		s.inbox = s.spare[:0]
 		s.work = append(s.work[:0], s.ready...)
 		for _, q := range s.ready {
 			q.queued = false
 		}
+		clear(s.ready)
 		s.ready = s.ready[:0]
 		s.mu.Unlock()
 
 		now := d.clock.Now()
-		for i := range items {
-			s.deliver(now, &items[i])
-			items[i] = rxItem{}
-		}
-		s.spare = items[:0]
-
 		for s.timers.Len() > 0 && !s.timers[0].at.After(now) {
 			e := s.timers.pop()
 			q := e.qp
-			if q.deadline != e.at {
-				continue // rescheduled or cancelled since
-			}
-			q.deadline = time.Time{}
 			q.mu.Lock()
-			if !q.closed {
-				q.eng.Advance(now)
+			live := q.scheduled.Equal(e.at)
+			if live {
+				q.scheduled = time.Time{}
+				if !q.closed {
+					q.eng.Advance(now)
+				}
 			}
 			q.mu.Unlock()
-			s.addWork(q)
+			if live {
+				s.work = append(s.work, q)
+			}
 		}
-		s.transmit(now)
+		for _, q := range s.work {
+			d.pump(q, s.tx)
+			s.schedule(q)
+		}
+		d.flush(s.tx)
+		clear(s.work)
 
 		if s.timers.Len() > 0 {
 			timer.Reset(max(s.timers[0].at.Sub(d.clock.Now()), 0))
@@ -130,37 +223,44 @@ func (s *shard) run() {
 	}
 }
 
-func (s *shard) addWork(q *QP) {
-	if !q.inWork {
-		q.inWork = true
-		s.work = append(s.work, q)
+// schedule files q's next deadline in the heap unless an earlier or equal one is filed already.
+func (s *shard) schedule(q *QP) {
+	q.mu.Lock()
+	at := time.Time{}
+	if !q.closed {
+		at = q.eng.NextDeadline()
+	}
+	file := !at.IsZero() && (q.scheduled.IsZero() || at.Before(q.scheduled))
+	if file {
+		q.scheduled = at
+	}
+	q.mu.Unlock()
+	if file {
+		s.timers.push(timerEntry{at: at, qp: q})
 	}
 }
 
-// deliver runs a received packet through its QP's engine.
-func (s *shard) deliver(now time.Time, it *rxItem) {
+// deliver runs a received packet through its QP's engine. It runs on the receive loop.
+func (d *Device) deliver(it *rxItem, info *qp.RxInfo) {
 	q := it.qp
-	info := &s.rxInfo
 	info.CE = it.tos&3 == 3
 	if q.typ == UD {
-		s.fillGRH(it)
+		fillGRH(&info.GRH, it)
 	}
-	if t := s.dev.cfg.Tracer; t != nil {
-		t.Packet(TraceEvent{Dir: Received, At: now, From: it.from, To: netip.AddrPortFrom(it.to, s.dev.local.Port()), Packet: it.pkt})
+	now := d.clock.Now()
+	if t := d.cfg.Tracer; t != nil {
+		t.Packet(TraceEvent{Dir: Received, At: now, From: it.from, To: netip.AddrPortFrom(it.to, d.local.Port()), Packet: it.pkt})
 	}
 	q.mu.Lock()
 	if !q.closed {
 		q.eng.HandlePacket(now, it.pkt, info)
 	}
 	q.mu.Unlock()
-	s.dev.pool.put(it.buf)
-	s.addWork(q)
 }
 
 // fillGRH builds the 40 bytes a UD receive buffer starts with: the IPv6 header, or 20 zero bytes and
 // the IPv4 header. IBTA Annex A17.4.5.2.
-func (s *shard) fillGRH(it *rxItem) {
-	g := &s.rxInfo.GRH
+func fillGRH(g *[40]byte, it *rxItem) {
 	src, dst := it.from.Addr().Unmap(), it.to.Unmap()
 	if src.Is4() && dst.Is4() {
 		*g = [40]byte{}
@@ -175,118 +275,8 @@ func (s *shard) fillGRH(it *rxItem) {
 	copy(g[:], h[:])
 }
 
-// transmit pulls packets from every QP with work until none has any, sending them in batches.
-func (s *shard) transmit(now time.Time) {
-	for len(s.work) > 0 {
-		work := s.work
-		s.work = s.pending[:0]
-		s.pending = work
-		for _, q := range work {
-			q.inWork = false
-			more := s.drain(now, q)
-			if more {
-				s.addWork(q)
-			} else {
-				s.schedule(q)
-			}
-		}
-		s.flush()
-	}
-}
-
-// drain moves q's packets into the transmit batch; it reports true if q still has packets when the
-// batch fills.
-func (s *shard) drain(now time.Time, q *QP) bool {
-	d := s.dev
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
-		return false
-	}
-	for {
-		if s.txN == len(s.tx) {
-			s.flush()
-		}
-		buf := s.txBufs[s.txN][:0]
-		out, tx, ok := q.eng.AppendPacket(now, buf)
-		if !ok {
-			return false
-		}
-		dst, ok := q.destination(tx)
-		if !ok {
-			d.stats.dropNoRoute.Add(1)
-			continue
-		}
-		s.seal(out, dst)
-		s.txBufs[s.txN] = out[:0]
-		s.tx[s.txN] = conn.Message{Buf: out, Addr: dst, TOS: q.trafficClass(tx)}
-		s.txN++
-		if t := d.cfg.Tracer; t != nil {
-			if p, err := wire.Parse(out); err == nil {
-				t.Packet(TraceEvent{Dir: Sent, At: now, From: d.local, To: dst, Packet: p})
-			}
-		}
-	}
-}
-
-// seal fills in the ICRC for the IP and UDP headers the kernel will put in front of the packet: the
-// device's address and port, identification 0 with DF (IP_PMTUDISC_DO), and the peer's address.
-func (s *shard) seal(pkt []byte, dst netip.AddrPort) {
-	d := s.dev
-	var udp [8]byte
-	udpTemplate(&udp, d.local.Port(), dst.Port(), len(pkt))
-	src, to := d.local.Addr(), dst.Addr()
-	if src.Is4() {
-		var ip [20]byte
-		ipv4Template(&ip, src, to.Unmap(), len(pkt))
-		_ = wire.SetICRC(ip[:], udp[:], pkt)
-		return
-	}
-	var ip [40]byte
-	ipv6Template(&ip, src, to, len(pkt))
-	_ = wire.SetICRC(ip[:], udp[:], pkt)
-}
-
-// flush sends the transmit batch.
-func (s *shard) flush() {
-	if s.txN == 0 {
-		return
-	}
-	d := s.dev
-	for i := 0; i < s.txN; i++ {
-		d.stats.txPackets.Add(1)
-		d.stats.txBytes.Add(uint64(len(s.tx[i].Buf)))
-	}
-	sent := 0
-	for sent < s.txN {
-		n, err := d.conn.WriteBatch(s.tx[sent:s.txN])
-		if err != nil || n == 0 {
-			break // the socket is closing; what is not sent is lost like any packet
-		}
-		sent += n
-	}
-	s.txN = 0
-}
-
-// schedule files q's next deadline in the timer heap.
-func (s *shard) schedule(q *QP) {
-	q.mu.Lock()
-	at := time.Time{}
-	if !q.closed {
-		at = q.eng.NextDeadline()
-	}
-	q.mu.Unlock()
-	if at.Equal(q.deadline) {
-		return
-	}
-	q.deadline = at
-	if !at.IsZero() {
-		s.timers.push(timerEntry{at: at, qp: q})
-	}
-}
-
 // timerEntry is a QP's deadline in the heap. Entries are not removed when a deadline changes: a popped
-// entry that no longer matches its QP's deadline is skipped.
+// entry that no longer matches its QP's scheduled deadline is skipped.
 type timerEntry struct {
 	at time.Time
 	qp *QP

@@ -300,8 +300,8 @@ type QPInit struct {
 
 // QP is a queue pair. It mirrors struct ibv_qp.
 //
-// mu guards eng and closed; it is taken by API calls and by the owning shard. The shard-only fields
-// (deadline, inWork) belong to the shard goroutine; queued is guarded by the shard's mu.
+// mu guards the engine and the fields below it: whoever has work for the engine (an API call, the
+// receive loop, the shard's timers) takes it, so the engine never runs on two goroutines at once.
 type QP struct {
 	dev      *Device
 	pd       *PD
@@ -314,13 +314,13 @@ type QP struct {
 	srcTC    uint8
 	closeOne sync.Once
 
-	mu     sync.Mutex
-	eng    *qp.QP
-	closed bool
+	mu        sync.Mutex
+	eng       *qp.QP
+	closed    bool
+	scheduled time.Time // the deadline filed in the shard's timer heap, if any
 
-	queued   bool
-	inWork   bool
-	deadline time.Time
+	queued    bool // in the shard's ready list; guarded by the shard's mu
+	rxTouched bool // in the receive loop's list of QPs to pump; the receive loop's own
 }
 
 // CreateQP creates a queue pair in RESET. It mirrors ibv_create_qp.
@@ -432,7 +432,11 @@ func (q *QP) PostSend(wr *SendWR) error {
 	err := q.eng.PostSend(q.dev.clock.Now(), wr)
 	q.mu.Unlock()
 	if err == nil {
-		q.shard.markReady(q)
+		// Ring the doorbell: send what the engine can send now from this goroutine.
+		tb := q.dev.getTxBatch()
+		q.dev.pump(q, tb)
+		q.dev.flush(tb)
+		q.dev.putTxBatch(tb)
 	}
 	return err
 }
