@@ -101,6 +101,7 @@ func (c *completer) ackThrough(q *QP, psn wire.PSN) bool {
 		}
 		if w.wr.Opcode.isReadAtomic() {
 			if !w.firstPSN.After(psn) && !c.psn.After(psn) {
+				c.catchUp(q)
 				return false
 			}
 			break
@@ -117,7 +118,17 @@ func (c *completer) ackThrough(q *QP, psn wire.PSN) bool {
 	if !c.psn.After(psn) {
 		c.psn = psn.Add(1)
 	}
+	c.catchUp(q)
 	return true
+}
+
+// catchUp moves a go-back-N resend that acknowledgements have overtaken on to the oldest
+// unacknowledged PSN: the requests it was resending are retired, and the next must go out at its own
+// first PSN, not where the resend had got to.
+func (c *completer) catchUp(q *QP) {
+	if c.psn.After(q.req.psn) {
+		q.rewind()
+	}
 }
 
 func (c *completer) onAcknowledge(q *QP, now time.Time, psn wire.PSN, s wire.Syndrome) {

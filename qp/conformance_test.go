@@ -1271,3 +1271,28 @@ func TestCNP(t *testing.T) {
 		t.Fatalf("counters %+v", c)
 	}
 }
+
+// An implied acknowledgement that retires the requests a go-back-N resend is part way through moves
+// the resend on to the oldest unacknowledged PSN: the READ behind them goes out with its own first PSN,
+// not the PSN the resend had reached. (Found by the sim fault campaign, seeds 262 and 298.)
+func TestImpliedAckDuringResend(t *testing.T) {
+	o := defaultOpts()
+	o.mtu = wire.MTU256
+	l := newLink(t, o)
+	local := l.a.reg(t, 768, mr.LocalWrite)
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 2, Opcode: WRSend}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 3, Opcode: WRRead, Flags: Signaled, SGL: sge(local, 0, 768), RemoteAddr: 0x1000, RKey: 5}))
+	expectLines(t, l.drain(l.a), "SEND_ONLY psn=256 A", "SEND_ONLY psn=257 A", "RDMA_READ_REQUEST psn=258 A len=768")
+	nak := wire.Fields{BTH: wire.BTHFields{Opcode: wire.RCAcknowledge, PSN: 256}, AETH: wire.AETHFields{Syndrome: wire.SyndromeNAK(wire.NAKPSNSequenceError)}}
+	l.inject(l.a, nak, nil)
+	b, _, _ := l.a.qp.AppendPacket(l.now, nil) // the resend has sent PSN 256 only
+	if p, err := wire.Parse(b); err != nil || describe(p) != "SEND_ONLY psn=256 A" {
+		t.Fatalf("resend started with %v", err)
+	}
+	// A READ response for PSN 259, late from the first transmission: it acknowledges both SENDs and
+	// implies the response for 258 was lost.
+	l.inject(l.a, wire.Fields{BTH: wire.BTHFields{Opcode: wire.RCReadResponseMiddle, PSN: 259}}, make([]byte, 256))
+	expectCompletions(t, l.a.scq)
+	expectLines(t, l.drain(l.a), "RDMA_READ_REQUEST psn=258 A len=768")
+}
