@@ -40,20 +40,24 @@ type DCQCN struct {
 	// Recovery after a cut: the increase timer and the byte counter run while recovering, and stop once
 	// RC is back at line rate.
 	recovering bool
-	tc, bc     int       // T_c and B_c: timer and byte events since the last cut
-	incAt      time.Time // next increase-timer event
-	byteLeft   int64     // wire bytes until the next byte-counter event
+	tc, bc     int           // T_c and B_c: timer and byte events since the last cut
+	incAt      time.Duration // next increase-timer event
+	byteLeft   int64         // wire bytes until the next byte-counter event
 
 	// α decay is applied lazily: α only matters at the next CNP, so it needs no wake-up of its own.
 	alphaArmed bool
-	alphaAt    time.Time // next decay
+	alphaAt    time.Duration // next decay
 
 	cut     bool // a cut has happened
-	lastCut time.Time
+	lastCut time.Duration
 
-	tokens float64   // wire bytes that may leave now; at most Burst, negative after an oversized packet
-	tokAt  time.Time // when tokens was last brought up to date
-	last   time.Time // latest now seen; an earlier now is treated as this one
+	tokens float64       // wire bytes that may leave now; at most Burst, negative after an oversized packet
+	tokAt  time.Duration // when tokens was last brought up to date
+
+	// Times inside are offsets from epoch, the first now seen: integer arithmetic on the per-packet path
+	// instead of time.Time's.
+	epoch time.Time
+	last  time.Duration // latest now seen; an earlier now is treated as this one
 
 	stats DCQCNStats
 }
@@ -87,7 +91,7 @@ func (c *DCQCN) NextDeadline() time.Time {
 	if !c.recovering {
 		return time.Time{}
 	}
-	return c.incAt
+	return c.epoch.Add(c.incAt)
 }
 
 // OnTimer fires the increase-timer events due at or before now.
@@ -97,22 +101,27 @@ func (c *DCQCN) OnTimer(now time.Time) { c.advance(now) }
 // size (n + HeaderBytes + WireOverhead, capped at Burst), otherwise the time the bucket fills to that at
 // the current rate, including the timer increases due in between.
 func (c *DCQCN) NextSend(now time.Time, n int) time.Time {
-	now = c.advance(now)
+	t := c.advance(now)
 	need := min(float64(n+c.p.HeaderBytes+c.p.WireOverhead), float64(c.p.Burst))
 	if c.ready(need) {
-		return now
+		return c.epoch.Add(t)
 	}
-	// Play the controller forward on a copy: with no CNP and no sends, only the timer changes the rate.
+	fill := t + floorDuration((need-c.tokens)*8/c.rc)
+	if !c.recovering || c.incAt >= fill {
+		return c.epoch.Add(fill)
+	}
+	// A timer event comes first: play the controller forward on a copy (with no CNP and no sends, only
+	// the timer changes the rate).
 	s := *c
-	t := now
 	for {
-		fill := t.Add(floorDuration((need - s.tokens) * 8 / s.rc))
-		if !s.recovering || !s.incAt.Before(fill) {
-			return fill
-		}
-		t = s.advance(s.incAt)
+		t = s.incAt
+		s.advanceTo(t)
 		if s.ready(need) {
-			return t
+			return c.epoch.Add(t)
+		}
+		fill = t + floorDuration((need-s.tokens)*8/s.rc)
+		if !s.recovering || s.incAt >= fill {
+			return c.epoch.Add(fill)
 		}
 	}
 }
@@ -146,9 +155,9 @@ func (c *DCQCN) OnSent(now time.Time, n int) {
 // OnCNP cuts the rate [P §3 eq. (1)]: RT ← RC, RC ← RC·(1 − α/2), α ← (1 − g)·α + g, and restarts the
 // increase timer, the byte counter, both event counts and the α timer.
 func (c *DCQCN) OnCNP(now time.Time) {
-	now = c.advance(now)
+	t := c.advance(now)
 	c.stats.CNPs++
-	if c.cut && c.p.DecreaseInterval > 0 && now.Sub(c.lastCut) < c.p.DecreaseInterval {
+	if c.cut && c.p.DecreaseInterval > 0 && t-c.lastCut < c.p.DecreaseInterval {
 		c.stats.CNPsIgnored++
 		return
 	}
@@ -163,43 +172,47 @@ func (c *DCQCN) OnCNP(now time.Time) {
 		c.alpha = (1-c.p.G)*c.alpha + c.p.G
 	}
 	c.stats.Cuts++
-	c.cut, c.lastCut = true, now
+	c.cut, c.lastCut = true, t
 	c.tc, c.bc = 0, 0
 	c.recovering = true
-	c.incAt = now.Add(c.p.IncreaseInterval)
+	c.incAt = t + c.p.IncreaseInterval
 	c.byteLeft = c.p.ByteCounter
-	c.alphaArmed, c.alphaAt = true, now.Add(c.p.AlphaInterval)
+	c.alphaArmed, c.alphaAt = true, t+c.p.AlphaInterval
 }
 
-// advance brings the controller up to now, firing due increase-timer events at their own times so the
-// token bucket fills at the rate in force over each stretch, and returns the now it used (the latest seen).
-func (c *DCQCN) advance(now time.Time) time.Time {
+// advance brings the controller up to now and returns now as an offset from the epoch; a now earlier than
+// one already seen is taken as the latest seen.
+func (c *DCQCN) advance(now time.Time) time.Duration {
 	if !c.started {
-		c.started, c.last, c.tokAt = true, now, now
-		return now
+		c.started, c.epoch = true, now
+		return 0
 	}
-	if now.Before(c.last) {
-		now = c.last
-	}
-	c.last = now
-	for c.recovering && !c.incAt.After(now) {
+	t := max(now.Sub(c.epoch), c.last)
+	c.advanceTo(t)
+	return t
+}
+
+// advanceTo fires the increase-timer events due at or before t at their own times, so the token bucket
+// fills at the rate in force over each stretch, and applies the α decays due.
+func (c *DCQCN) advanceTo(t time.Duration) {
+	c.last = t
+	for c.recovering && c.incAt <= t {
 		at := c.incAt
 		c.accrue(at)
-		c.incAt = at.Add(c.timerPeriod())
+		c.incAt = at + c.timerPeriod()
 		c.increase(true)
 	}
-	c.accrue(now)
-	if c.alphaArmed && !now.Before(c.alphaAt) {
-		k := 1 + int64(now.Sub(c.alphaAt)/c.p.AlphaInterval)
+	c.accrue(t)
+	if c.alphaArmed && t >= c.alphaAt {
+		k := 1 + (t-c.alphaAt)/c.p.AlphaInterval
 		c.alpha *= math.Pow(1-c.p.G, float64(k))
-		c.alphaAt = c.alphaAt.Add(time.Duration(k) * c.p.AlphaInterval)
+		c.alphaAt += k * c.p.AlphaInterval
 	}
-	return now
 }
 
 // accrue fills the bucket at the current rate up to t.
-func (c *DCQCN) accrue(t time.Time) {
-	if d := t.Sub(c.tokAt); d > 0 {
+func (c *DCQCN) accrue(t time.Duration) {
+	if d := t - c.tokAt; d > 0 {
 		c.tokens = min(float64(c.p.Burst), c.tokens+c.rc/8*d.Seconds())
 		c.tokAt = t
 	}
