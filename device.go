@@ -25,7 +25,9 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/internal/conn"
 	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/qp"
@@ -62,6 +64,15 @@ type Config struct {
 	ICRC ICRCMode
 	// Tracer, if set, sees every packet the device sends and receives and every completion.
 	Tracer Tracer
+	// DCQCN, if set, turns on DCQCN congestion control for the device's RC and UC QPs with these
+	// parameters: each QP's requester is paced by a congestion.DCQCN reaction point, its packets are
+	// sent ECN-capable (ECT(0)), and a CE-marked packet it receives makes the device send a CNP to the
+	// sending QP, at most one per flow per CNPInterval. Peers that know no CNPs (rxe drops them) are
+	// unaffected.
+	DCQCN *congestion.Params
+	// CNPInterval is the notification point's minimum gap between CNPs to one flow: 50 us unless set.
+	// DCQCN paper section 3.2.
+	CNPInterval time.Duration
 
 	// Conn replaces the UDP socket. Its type is internal: it is for goroce's own tests and tools
 	// (an in-memory network, a lossy wrapper); programs leave it nil.
@@ -130,6 +141,14 @@ func Open(cfg Config) (*Device, error) {
 	}
 	if cfg.MaxQPs <= 0 {
 		cfg.MaxQPs = 1 << 16
+	}
+	if cfg.CNPInterval <= 0 {
+		cfg.CNPInterval = congestion.DefaultCNPInterval
+	}
+	if cfg.DCQCN != nil {
+		if err := cfg.DCQCN.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadConfig, err)
+		}
 	}
 	if cfg.RecvBuffer <= 0 {
 		cfg.RecvBuffer = 8 << 20
@@ -241,6 +260,7 @@ type deviceStats struct {
 	rxPackets, rxBytes, txPackets, txBytes                        atomic.Uint64
 	dropMalformed, dropICRC, dropUnknownQPN, dropWrongPeer        atomic.Uint64
 	dropInboxFull, dropTruncated, dropClosed, dropNoRoute, rxBusy atomic.Uint64
+	cnpSent, ceRcvd                                               atomic.Uint64
 }
 
 // Stats are a device's counters: its own, and the sum of its queue pairs' (see qp.Counters for those).
@@ -253,6 +273,8 @@ type Stats struct {
 	DropInboxFull                          uint64 // the owning shard's inbox was full
 	DropTruncated                          uint64 // datagram larger than a receive buffer
 	DropNoRoute                            uint64 // a packet to a GID with no usable address
+	CERcvd                                 uint64 // packets that arrived marked Congestion Experienced
+	CNPSent                                uint64 // congestion notification packets sent (DCQCN notification point)
 	QP                                     qp.Counters
 }
 
@@ -263,7 +285,7 @@ func (d *Device) Stats() Stats {
 		RxPackets: s.rxPackets.Load(), RxBytes: s.rxBytes.Load(), TxPackets: s.txPackets.Load(), TxBytes: s.txBytes.Load(),
 		DropMalformed: s.dropMalformed.Load(), DropICRC: s.dropICRC.Load(), DropUnknownQPN: s.dropUnknownQPN.Load(),
 		DropWrongPeer: s.dropWrongPeer.Load(), DropInboxFull: s.dropInboxFull.Load(), DropTruncated: s.dropTruncated.Load(),
-		DropNoRoute: s.dropNoRoute.Load(),
+		DropNoRoute: s.dropNoRoute.Load(), CERcvd: s.ceRcvd.Load(), CNPSent: s.cnpSent.Load(),
 	}
 	d.qps.Range(func(_, v any) bool {
 		c := v.(*QP).Counters()

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/internal/conn"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
@@ -491,5 +492,53 @@ func TestUDMemNetwork(t *testing.T) {
 	src4 := p.a.LocalAddr().Addr().As4()
 	if grh[20] != 0x45 || !bytes.Equal(grh[32:36], src4[:]) || string(dst.Bytes()[40:49]) != "datagram!" {
 		t.Fatalf("receive buffer %x", dst.Bytes()[:49])
+	}
+}
+
+// DCQCN on real loopback sockets: the sender's packets are marked CE on the way (a wrapper that
+// marks), the receiver answers with CNPs, and the sender's rate comes down; the data still arrives.
+func TestDCQCNLoopback(t *testing.T) {
+	a, b := loopbackAddrs()
+	params := congestion.DefaultParams(10e9)
+	open := func(addr netip.Addr, mark bool) *Device {
+		c, err := conn.Listen(netip.AddrPortFrom(addr, DefaultPort), conn.Options{})
+		must(t, err)
+		var cc conn.Conn = c
+		if mark {
+			cc = conn.MarkCE(c, 20, 1)
+		}
+		d, err := Open(Config{Addr: addr, Conn: cc, DCQCN: &params})
+		must(t, err)
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	p := &testPair{a: open(a, true), b: open(b, false)}
+	p.connect(t, RC, ConnectOptions{MTU: wire.MTU4096})
+	if r, ok := p.qa.CongestionRate(); !ok || r != 10e9 {
+		t.Fatalf("initial rate %v %v, want line rate", r, ok)
+	}
+	const size = 8 << 20
+	src, _ := p.pda.AllocMR(size, LocalWrite)
+	fill(src.Bytes(), 11)
+	dst, _ := p.pdb.AllocMR(size, LocalWrite|RemoteWrite)
+	must(t, p.qa.PostSend(&SendWR{ID: 1, Opcode: WRWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}))
+	if wc := wait(t, p.cqa, 1)[0]; wc.Status != StatusSuccess {
+		t.Fatalf("%+v", wc)
+	}
+	observe(p.qb)
+	if !bytes.Equal(src.Bytes(), dst.Bytes()) {
+		t.Fatal("data differs")
+	}
+	sb, ca := p.b.Stats(), p.qa.Counters()
+	rate, _ := p.qa.CongestionRate()
+	t.Logf("CE received by B %d, CNPs sent by B %d, CNPs received by A %d, A's rate now %.2f Gb/s", sb.CERcvd, sb.CNPSent, ca.RcvdCNP, rate/1e9)
+	if sb.CERcvd == 0 || sb.CNPSent == 0 || ca.RcvdCNP == 0 {
+		t.Fatal("no CNP round trip")
+	}
+	if sb.CNPSent > sb.CERcvd {
+		t.Fatal("more CNPs than marked packets")
+	}
+	if rate >= 10e9 {
+		t.Fatalf("rate %v did not come down", rate)
 	}
 }

@@ -79,7 +79,7 @@ func (d *Device) rxLoop() {
 				}
 			}
 			it := rxItem{qp: q, pkt: pkt, from: m.Addr, to: to, tos: m.TOS}
-			d.deliver(&it, &info)
+			d.deliver(&it, &info, tx)
 			if !q.rxTouched {
 				q.rxTouched = true
 				touched = append(touched, q)

@@ -240,10 +240,17 @@ func (s *shard) schedule(q *QP) {
 	}
 }
 
-// deliver runs a received packet through its QP's engine. It runs on the receive loop.
-func (d *Device) deliver(it *rxItem, info *qp.RxInfo) {
+// deliver runs a received packet through its QP's engine. It runs on the receive loop, and so does the
+// DCQCN notification point: a CE-marked packet may send a CNP back to its sender right away, in tx.
+func (d *Device) deliver(it *rxItem, info *qp.RxInfo, tx *txBatch) {
 	q := it.qp
-	info.CE = it.tos&3 == 3
+	info.CE = it.tos&3 == ecnCE
+	if info.CE {
+		d.stats.ceRcvd.Add(1)
+		if q.np != nil && it.pkt.Opcode() != wire.CNP && q.np.OnCE(d.clock.Now()) {
+			d.sendCNP(it, tx)
+		}
+	}
 	if q.typ == UD {
 		fillGRH(&info.GRH, it)
 	}
@@ -257,6 +264,45 @@ func (d *Device) deliver(it *rxItem, info *qp.RxInfo) {
 	}
 	q.mu.Unlock()
 }
+
+// sendCNP sends a congestion notification packet to the QP that sent it: BTH opcode 0x81 with BECN,
+// the sender's QPN, PSN 0 and 16 reserved bytes. IBTA Annex A17.9.3. For a request the sender is the
+// QP's peer; for a response (an ACK or READ response marked on its way back) it is the same peer QP,
+// whose responder paced nothing but whose requester is the one to slow down. CNPs go out with DSCP 48
+// and not ECN-capable, so that they are never marked themselves.
+func (d *Device) sendCNP(it *rxItem, tx *txBatch) {
+	q := it.qp
+	var dest wire.QPN
+	if deth := it.pkt.DETH(); deth != nil {
+		dest = deth.SrcQP()
+	} else {
+		q.mu.Lock()
+		dest = q.eng.Query().DestQPN
+		q.mu.Unlock()
+	}
+	if tx.n == len(tx.msgs) {
+		d.flush(tx)
+	}
+	f := wire.Fields{BTH: wire.BTHFields{Opcode: wire.CNP, PKey: wire.DefaultPKey, BECN: true, DestQP: dest}}
+	out, err := wire.Append(tx.bufs[tx.n][:0], &f, nil)
+	if err != nil {
+		return
+	}
+	dst := it.from
+	d.seal(out, dst)
+	tx.bufs[tx.n] = out[:0]
+	tx.msgs[tx.n] = conn.Message{Buf: out, Addr: dst, TOS: cnpTOS}
+	tx.n++
+	d.stats.cnpSent.Add(1)
+	if t := d.cfg.Tracer; t != nil {
+		if p, err := wire.Parse(out); err == nil {
+			t.Packet(TraceEvent{Dir: Sent, At: d.clock.Now(), From: d.local, To: dst, Packet: p})
+		}
+	}
+}
+
+// cnpTOS is the TOS byte of CNPs: DSCP 48, as NVIDIA NICs send them, Not-ECT.
+const cnpTOS = 48 << 2
 
 // fillGRH builds the 40 bytes a UD receive buffer starts with: the IPv6 header, or 20 zero bytes and
 // the IPv4 header. IBTA Annex A17.4.5.2.

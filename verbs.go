@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
@@ -294,7 +295,8 @@ type QPInit struct {
 	SigAll        bool
 	// TrafficClass is the IP TOS / traffic class byte of the QP's packets, as grh.traffic_class.
 	TrafficClass uint8
-	// Pacer is an optional rate controller for the QP's requests.
+	// Pacer is an optional rate controller for the QP's requests. With Config.DCQCN set, RC and UC
+	// QPs without one get a congestion.DCQCN.
 	Pacer qp.Pacer
 }
 
@@ -313,6 +315,8 @@ type QP struct {
 	peer     atomic.Pointer[netip.AddrPort]
 	srcTC    uint8
 	closeOne sync.Once
+	cc       congestion.Controller // the reaction point, if DCQCN is on; guarded by mu
+	np       *congestion.NP        // the notification point, if DCQCN is on; the receive loop's own
 
 	mu        sync.Mutex
 	eng       *qp.QP
@@ -349,6 +353,19 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 	if err != nil {
 		return nil, err
 	}
+	var cc congestion.Controller
+	var np *congestion.NP
+	if d.cfg.DCQCN != nil && init.Type != UD {
+		if init.Pacer == nil {
+			rp, err := congestion.NewDCQCN(*d.cfg.DCQCN)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrBadConfig, err)
+			}
+			cc, init.Pacer = rp, rp
+		}
+		np = congestion.NewNP(d.cfg.CNPInterval)
+		init.TrafficClass |= ecnECT0
+	}
 	cfg := qp.Config{Type: init.Type, QPN: qpn, PD: pd.pd, Memory: d.mem, SendCQ: init.SendCQ.cq, RecvCQ: init.RecvCQ.cq,
 		MaxSendWR: init.MaxSendWR, MaxRecvWR: init.MaxRecvWR, MaxSendSGE: init.MaxSendSGE, MaxRecvSGE: init.MaxRecvSGE,
 		MaxInlineData: init.MaxInlineData, SigAll: init.SigAll, Pacer: init.Pacer}
@@ -360,7 +377,7 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 		return nil, fmt.Errorf("%w: %v", ErrBadConfig, err)
 	}
 	q := &QP{dev: d, pd: pd, shard: d.shards[int(qpn)%len(d.shards)], typ: init.Type, qpn: qpn, psn: d.randomPSN(),
-		init: init, eng: eng, srcTC: init.TrafficClass}
+		init: init, eng: eng, srcTC: init.TrafficClass, cc: cc, np: np}
 	pd.refs.Add(1)
 	init.SendCQ.refs.Add(1)
 	init.RecvCQ.refs.Add(1)
@@ -477,6 +494,23 @@ func (q *QP) shutdown() {
 			q.init.SRQ.refs.Add(-1)
 		}
 	})
+}
+
+// The ECN field of the IP TOS / traffic class byte. RFC 3168.
+const (
+	ecnECT0 = 0x02
+	ecnCE   = 0x03
+)
+
+// CongestionRate returns the rate the QP's congestion controller allows, in bits per second, and false
+// if the QP has none.
+func (q *QP) CongestionRate() (float64, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.cc == nil {
+		return 0, false
+	}
+	return q.cc.Rate(), true
 }
 
 // destination returns where a packet the engine produced goes.
