@@ -715,7 +715,7 @@ func (r *responder) appendPacket(q *QP, now time.Time, dst []byte) ([]byte, Tx, 
 	}
 	f := wire.Fields{BTH: wire.BTHFields{PKey: q.attr.PKey, DestQP: q.attr.DestQPN, PSN: j.psn}}
 	var out []byte
-	final := j.final
+	fatal := j.final && j.syndrome.Kind() == wire.KindNAK
 	switch j.kind {
 	case jobAck:
 		f.BTH.Opcode = wire.RCAcknowledge
@@ -769,7 +769,7 @@ func (r *responder) appendPacket(q *QP, now time.Time, dst []byte) ([]byte, Tx, 
 			r.jobs.pop()
 		}
 	}
-	if final {
+	if fatal {
 		q.counters.FatalNAKs++
 	}
 	return out, Tx{AH: q.attr.AV, DestQPN: q.attr.DestQPN, SrcQPN: q.qpn, PacketLen: len(out) - len(dst)}, true
