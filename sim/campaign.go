@@ -40,7 +40,8 @@ type CampaignResult struct {
 	End      Time
 	ICRCDrop uint64 // packets the receivers' ICRC check dropped
 	Lost     uint64 // packets the link lost
-	Failed   int    // connections that ended in retry exhaustion (only under a cut)
+	Failed   int    // connections that ended in retry exhaustion: under a cut, or (rarely) heavy loss
+	Cut      bool
 }
 
 // ReplayCommand is the command that replays a campaign seed with a packet trace.
@@ -120,7 +121,10 @@ func newProfile(s *Sim) *campaignProfile {
 		f.Loss = r.Float64() * 0.1
 	}
 	if r.IntN(4) == 0 {
-		f.Burst = &GilbertElliott{PGoodBad: r.Float64() * 0.02, PBadGood: 0.1 + r.Float64()*0.5, LossBad: 0.5 + r.Float64()*0.5}
+		// Bursts of 1.3 to 3 packets on average. The model's state advances per packet, so a long burst
+		// on a direction that carries a few packets per retry round spans rounds and can exhaust
+		// retry_cnt=7 legitimately; see check.
+		f.Burst = &GilbertElliott{PGoodBad: r.Float64() * 0.02, PBadGood: 0.33 + r.Float64()*0.5, LossBad: 0.5 + r.Float64()*0.5}
 	}
 	if r.IntN(2) == 0 {
 		f.Reorder = r.Float64() * 0.2
@@ -159,6 +163,7 @@ type campaignConn struct {
 	atomics           []wantAtomic
 	writes            []wantWrite // for the cut profile: disjoint writes, checked one by one
 	sendErr, recvErr  string
+	lossy             bool // the profile loses packets: a retry exhaustion may be legitimate
 	recvOff, atomOff  int
 	readOff, writeOff int
 }
@@ -210,7 +215,7 @@ func RunCampaignSeed(seed uint64, trace io.Writer) (CampaignResult, error) {
 	s := New(seed)
 	s.VerifyRetransmits = true
 	p := newProfile(s)
-	res := CampaignResult{Seed: seed, Profile: p.String()}
+	res := CampaignResult{Seed: seed, Profile: p.String(), Cut: p.cutAt > 0}
 	if trace != nil {
 		fmt.Fprintf(trace, "seed %d: %s\n", seed, res.Profile)
 		s.SetTracer(func(e *TraceEvent) { fmt.Fprintln(trace, e.String()) })
@@ -230,6 +235,7 @@ func RunCampaignSeed(seed uint64, trace io.Writer) (CampaignResult, error) {
 		if err != nil {
 			return res, err
 		}
+		c.lossy = p.faults.Loss > 0 || p.faults.Burst != nil || p.faults.Corrupt > 0
 		conns = append(conns, c)
 		if trace != nil {
 			c.trace(trace)
@@ -484,7 +490,8 @@ func (c *campaignConn) check(cut bool) (failed bool, err error) {
 			if wc.Opcode != w.op || wc.ByteLen != w.length {
 				return false, fmt.Errorf("wr %d completed as %v len %d, want %v len %d", wc.WRID, wc.Opcode, wc.ByteLen, w.op, w.length)
 			}
-		case cut && wc.Status == qp.StatusRetryExcErr:
+		case wc.Status == qp.StatusRetryExcErr && (cut || c.lossy):
+			// A cut must end this way; heavy loss may, rarely (counted in CampaignResult.Failed).
 			okUpTo = i
 		default:
 			return false, fmt.Errorf("wr %d (%v): %v", wc.WRID, w.op, wc.Status)
@@ -502,8 +509,9 @@ func (c *campaignConn) check(cut bool) (failed bool, err error) {
 	}
 	succeeded := func(id uint64) bool { return int(id) < okUpTo }
 
-	// Receives: in order, exactly once, with the sender's bytes; all of them unless the cable was cut.
-	if len(c.gotRecv) > len(c.wantRecv) || !cut && len(c.gotRecv) != len(c.wantRecv) {
+	partial := cut || failed // not every request reached the responder
+	// Receives: in order, exactly once, with the sender's bytes; all of them unless some requests failed.
+	if len(c.gotRecv) > len(c.wantRecv) || !partial && len(c.gotRecv) != len(c.wantRecv) {
 		return failed, fmt.Errorf("%d receive completions, want %d", len(c.gotRecv), len(c.wantRecv))
 	}
 	off := 0
@@ -537,7 +545,7 @@ func (c *campaignConn) check(cut bool) (failed bool, err error) {
 		}
 	}
 	mem := c.remote.Bytes()
-	if !cut {
+	if !partial {
 		if !bytes.Equal(mem, c.model) {
 			i := 0
 			for mem[i] == c.model[i] {

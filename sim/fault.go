@@ -14,7 +14,7 @@ type Faults struct {
 	ReorderDelay time.Duration
 
 	Duplicate float64 // probability a packet arrives twice
-	Corrupt   float64 // probability one bit of the transport packet (BTH to ICRC) flips
+	Corrupt   float64 // probability one bit of the transport packet (BTH to ICRC, but not the ICRC-masked BTH byte 4) flips
 }
 
 // GilbertElliott is a two-state Markov loss model: a good and a bad state with their own loss rates, and

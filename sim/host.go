@@ -49,14 +49,16 @@ type Host struct {
 	PD    *mr.PD
 	Stats HostStats
 
-	eps      []*Endpoint // by QPN - firstQPN
+	qpnBase  wire.QPN
+	eps      []*Endpoint // by QPN - qpnBase
 	active   []*Endpoint // queue pairs that may have a packet to send
 	ctrl     []*packet   // CNPs waiting for the wire
 	nextIOVA uint64
 	rx       qp.RxInfo
 }
 
-// firstQPN is the first QPN a host hands out (QPN 0 and 1 are the special QPs).
+// firstQPN is the lowest QPN a host hands out (QPN 0 and 1 are the special QPs). Each host starts at a
+// random QPN above it, as devices do, which gives ECMP's hash of the UDP source port some entropy.
 const firstQPN = 0x11
 
 // AddHost adds a host. It needs one link to a switch or another host before it can send.
@@ -66,6 +68,7 @@ func (s *Sim) AddHost(cfg HostConfig) *Host {
 		h.Name = fmt.Sprintf("h%d", h.idx)
 	}
 	h.addr = hostAddr(h.idx)
+	h.qpnBase = wire.QPN(firstQPN + s.rng.IntN(1<<16))
 	h.PD = h.Mem.AllocPD()
 	s.Hosts = append(s.Hosts, h)
 	return h
@@ -103,8 +106,8 @@ func (h *Host) Register(n int, access mr.Access) (*mr.Region, error) {
 type QPOptions struct {
 	MTU         wire.MTU // path MTU; 0 means 4096
 	Timeout     uint8    // local ACK timeout code, 4.096 us * 2^Timeout; 0 means 14 (67 ms)
-	RetryCnt    uint8    // 0..7
-	RNRRetry    uint8    // 0..7; 7 retries forever
+	RetryCnt    uint8    // 1..7; 0 means 7
+	RNRRetry    uint8    // 1..7, 7 retries forever; 0 means 7
 	MinRNRTimer uint8
 	RdAtomic    uint8 // READs and atomics outstanding, both ways; 0 means 16
 	SendDepth   int   // send queue depth; 0 means 256
@@ -120,6 +123,12 @@ func (o *QPOptions) defaults() {
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 14
+	}
+	if o.RetryCnt == 0 {
+		o.RetryCnt = 7
+	}
+	if o.RNRRetry == 0 {
+		o.RNRRetry = 7
 	}
 	if o.RdAtomic == 0 {
 		o.RdAtomic = 16
@@ -211,7 +220,7 @@ func (h *Host) newEndpoint(o QPOptions) (*Endpoint, error) {
 	s := h.s
 	ep := &Endpoint{Host: h, SendCQ: qp.NewCQ(o.CQDepth), RecvCQ: qp.NewCQ(o.CQDepth), ECN: o.ECN,
 		gidx: int32(len(s.eps)), flow: -1}
-	cfg := qp.Config{Type: qp.RC, QPN: wire.QPN(firstQPN + len(h.eps)), PD: h.PD, Memory: h.Mem,
+	cfg := qp.Config{Type: qp.RC, QPN: h.qpnBase + wire.QPN(len(h.eps)), PD: h.PD, Memory: h.Mem,
 		SendCQ: ep.SendCQ, RecvCQ: ep.RecvCQ, MaxSendWR: o.SendDepth, MaxRecvWR: o.RecvDepth,
 		MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256}
 	if h.cfg.Pacer != nil {
@@ -417,7 +426,7 @@ func (h *Host) receive(k *packet) {
 		h.drop(k, DropMalformed)
 		return
 	}
-	i := int(f.Packet.BTH().DestQP()) - firstQPN
+	i := int(f.Packet.BTH().DestQP()) - int(h.qpnBase)
 	if i < 0 || i >= len(h.eps) {
 		h.drop(k, DropNoQP)
 		return

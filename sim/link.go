@@ -207,8 +207,13 @@ func (p *Port) propagate(k *packet) {
 		return
 	}
 	if f.Corrupt > 0 && s.rng.Float64() < f.Corrupt {
+		// Any bit of the transport packet but BTH byte 4 (FECN, BECN, Resv6): the ICRC masks that byte
+		// by design, as a variant field switches may rewrite. IBTA Annex A17 (ICRC).
 		t := k.transport()
-		bit := s.rng.IntN(len(t) * 8)
+		bit := s.rng.IntN((len(t) - 1) * 8)
+		if bit >= 4*8 {
+			bit += 8
+		}
 		t[bit/8] ^= 1 << (bit % 8)
 		p.Stats.Corrupted++
 		s.trace(TraceCorrupt, p.Name, DropNone, k)

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 )
 
@@ -193,4 +194,21 @@ func humanBytes(n int64) string {
 		return fmt.Sprintf("%.1fKiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%dB", n)
+}
+
+// keepBusiest drops all but the n ports that sent the most bytes, busiest first.
+func (r *Recorder) keepBusiest(n int) {
+	idx := make([]int, len(r.Ports))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return r.Ports[idx[a]].Stats.TxBytes > r.Ports[idx[b]].Stats.TxBytes })
+	idx = idx[:min(n, len(idx))]
+	var ports []*Port
+	var q [][]int
+	var m, d [][]uint64
+	for _, i := range idx {
+		ports, q, m, d = append(ports, r.Ports[i]), append(q, r.Queue[i]), append(m, r.Marks[i]), append(d, r.Drops[i])
+	}
+	r.Ports, r.Queue, r.Marks, r.Drops = ports, q, m, d
 }
