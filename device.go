@@ -70,6 +70,12 @@ type Config struct {
 	// sending QP, at most one per flow per CNPInterval. Peers that know no CNPs (rxe drops them) are
 	// unaffected.
 	DCQCN *congestion.Params
+	// AckDelay is how long a responder's ACK may wait for company (the reply to the message it
+	// acknowledges, or any other packet of its QP) before it leaves alone: 25 us unless set; negative
+	// sends every ACK at once, as rxe does. Requesters retransmit after milliseconds, so the wait costs
+	// them nothing, while a request-reply exchange saves a packet's worth of system calls and wake-ups
+	// each way. See qp.Config.AckDelay.
+	AckDelay time.Duration
 	// CNPInterval is the notification point's minimum gap between CNPs to one flow: 50 us unless set.
 	// DCQCN paper section 3.2.
 	CNPInterval time.Duration
@@ -141,6 +147,12 @@ func Open(cfg Config) (*Device, error) {
 	}
 	if cfg.MaxQPs <= 0 {
 		cfg.MaxQPs = 1 << 16
+	}
+	switch {
+	case cfg.AckDelay == 0:
+		cfg.AckDelay = 25 * time.Microsecond
+	case cfg.AckDelay < 0:
+		cfg.AckDelay = 0
 	}
 	if cfg.CNPInterval <= 0 {
 		cfg.CNPInterval = congestion.DefaultCNPInterval

@@ -368,7 +368,7 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 	}
 	cfg := qp.Config{Type: init.Type, QPN: qpn, PD: pd.pd, Memory: d.mem, SendCQ: init.SendCQ.cq, RecvCQ: init.RecvCQ.cq,
 		MaxSendWR: init.MaxSendWR, MaxRecvWR: init.MaxRecvWR, MaxSendSGE: init.MaxSendSGE, MaxRecvSGE: init.MaxRecvSGE,
-		MaxInlineData: init.MaxInlineData, SigAll: init.SigAll, Pacer: init.Pacer}
+		MaxInlineData: init.MaxInlineData, SigAll: init.SigAll, Pacer: init.Pacer, AckDelay: d.cfg.AckDelay}
 	if init.SRQ != nil {
 		cfg.SRQ = init.SRQ.srq
 	}

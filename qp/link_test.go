@@ -98,6 +98,7 @@ type pairOpts struct {
 	rdAtomic       uint8
 	srq            bool
 	skipConnecting bool
+	ackDelay       time.Duration
 }
 
 func defaultOpts() pairOpts {
@@ -110,6 +111,7 @@ func newLink(t testing.TB, o pairOpts) *link {
 	l := &link{t: t, now: epoch, delay: time.Microsecond}
 	l.a = newHost(t, "A", o.typ, 0x11, false)
 	l.b = newHost(t, "B", o.typ, 0x22, o.srq)
+	l.a.qp.cfg.AckDelay, l.b.qp.cfg.AckDelay = o.ackDelay, o.ackDelay
 	if !o.skipConnecting {
 		connect(t, l.now, l.a.qp, 0x22, o, o.psnA, o.psnB)
 		connect(t, l.now, l.b.qp, 0x11, o, o.psnB, o.psnA)

@@ -371,3 +371,37 @@ func TestTimerArmedMidMessage(t *testing.T) {
 		t.Fatal("data differs")
 	}
 }
+
+// With an ACK delay the responder's ACK waits for company: sent with the reply when the responder's
+// QP has a request of its own to send, or alone when the delay ends.
+func TestAckDelay(t *testing.T) {
+	o := defaultOpts()
+	o.ackDelay = 20 * time.Microsecond
+	l := newLink(t, o)
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1}))
+	must(t, l.a.qp.PostRecv(&RecvWR{ID: 2}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRSend, Flags: Signaled}))
+	l.run(5 * time.Microsecond) // the SEND arrives; B holds its ACK
+	if d := l.b.qp.NextDeadline(); d.IsZero() || d.Sub(l.now) > 20*time.Microsecond {
+		t.Fatalf("B's next deadline %v (now %v)", d, l.now)
+	}
+	must(t, l.b.qp.PostSend(l.now, &SendWR{ID: 3, Opcode: WRSend, Flags: Signaled})) // the reply
+	l.run(time.Second)
+	l.expectLadder(
+		"-> SEND_ONLY psn=256 A",
+		"<- ACKNOWLEDGE psn=256 [ACK msn=1]",
+		"<- SEND_ONLY psn=512 A",
+		"-> ACKNOWLEDGE psn=512 [ACK msn=1]",
+	)
+	// The last ACK had no company: it left when the delay ended.
+	start := l.now
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 4}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 5, Opcode: WRSend, Flags: Signaled}))
+	l.run(time.Second)
+	if got := l.now.Sub(start); got < 20*time.Microsecond || got > 25*time.Microsecond {
+		t.Fatalf("lone ACK arrived after %v, want the 20 us delay plus the link", got)
+	}
+	if got := poll(l.a.scq); len(got) != 2 {
+		t.Fatalf("completions %+v", got)
+	}
+}

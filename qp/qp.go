@@ -48,6 +48,11 @@ type Config struct {
 	MaxInlineData int
 	SigAll        bool  // every send work request completes, signaled or not (sq_sig_all)
 	Pacer         Pacer // optional rate control of the requester; nil sends as fast as the window allows
+	// AckDelay lets a plain ACK wait up to this long for company: it leaves at once when another
+	// response or a request of this QP is to be sent, else when the delay ends. The peer then gets the
+	// ACK and, say, the reply to its SEND in one go. Zero sends ACKs at once, as rxe does. IBTA Vol 1
+	// 9.7.5.1.1 lets a responder coalesce acknowledgements.
+	AckDelay time.Duration
 }
 
 // QP is a queue pair engine: the requester, completer and responder of one queue pair, sans I/O. It never
@@ -323,7 +328,7 @@ func (q *QP) Advance(now time.Time) {
 // NextDeadline returns when the QP next needs Advance or AppendPacket to run, or the zero time if only a
 // packet or a work request can make it do anything.
 func (q *QP) NextDeadline() time.Time {
-	return earliest(q.cmp.deadline(), q.req.blockedUntil)
+	return earliest(earliest(q.cmp.deadline(), q.req.blockedUntil), q.rsp.deadline())
 }
 
 // AppendPacket appends the next packet the QP wants to send to dst and reports where it goes. Responses
@@ -331,7 +336,9 @@ func (q *QP) NextDeadline() time.Time {
 // a zero ICRC for the datapath to fill in, since the ICRC covers IP and UDP headers only the datapath
 // knows. It returns false when there is nothing to send now: check NextDeadline.
 func (q *QP) AppendPacket(now time.Time, dst []byte) ([]byte, Tx, bool) {
-	if out, tx, ok := q.rsp.appendPacket(q, now, dst); ok {
+	// A delayed ACK goes with a request this QP has to send.
+	force := q.req.next < q.sq.n && (q.state == StateRTS || q.state == StateSQD)
+	if out, tx, ok := q.rsp.appendPacket(q, now, dst, force); ok {
 		q.counters.SentPkts++
 		return out, tx, true
 	}

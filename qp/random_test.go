@@ -45,6 +45,9 @@ func runRandomized(t *testing.T, seed uint64) bool {
 	o.minRNR = 1
 	o.psnA = wire.PSN(rng.Uint32N(1 << 24))
 	o.psnB = wire.PSN(rng.Uint32N(1 << 24))
+	if rng.IntN(2) == 0 {
+		o.ackDelay = time.Duration(rng.IntN(30)) * time.Microsecond
+	}
 	l := newLink(t, o)
 	pDrop := rng.Float64() * 0.08
 	pDup := rng.Float64() * 0.05

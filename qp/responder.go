@@ -15,7 +15,8 @@ import (
 type responder struct {
 	psn     wire.PSN // next expected PSN (e)
 	msn     wire.MSN
-	nakSent bool // a PSN sequence error NAK was sent for the current gap
+	now     time.Time // the time of the packet being handled
+	nakSent bool      // a PSN sequence error NAK was sent for the current gap
 
 	msg  message    // the SEND or WRITE in progress
 	sgl  []mr.SGE   // storage for the bound receive's SGL
@@ -68,6 +69,7 @@ type job struct {
 	rkey      wire.RKey
 	remaining uint32
 	orig      uint64
+	due       time.Time // a delayed ACK waits until then unless something else is to be sent
 }
 
 // jobRing is a bounded FIFO of jobs. Its size bounds what a peer can make the responder queue.
@@ -154,6 +156,14 @@ func (r *responder) flush(q *QP) {
 	clear(r.res)
 }
 
+// deadline returns when a delayed ACK at the head of the queue is due, or the zero time.
+func (r *responder) deadline() time.Time {
+	if j := r.jobs.front(); j != nil && r.jobs.n == 1 {
+		return j.due
+	}
+	return time.Time{}
+}
+
 // hasFinal reports whether a connection-ending NAK waits in the job queue.
 func (r *responder) hasFinal() bool {
 	for k := 0; k < r.jobs.n; k++ {
@@ -178,8 +188,16 @@ func (r *responder) canAck() bool {
 // followed: a later ACK or NAK acknowledges everything the earlier ACK did (IBTA Vol 1 9.7.5.1.4), which is
 // how goroce coalesces ACKs.
 func (r *responder) queueAck(psn wire.PSN, s wire.Syndrome, final bool) {
-	j := job{kind: jobAck, psn: psn, syndrome: s, msn: r.msn, final: final}
+	r.queueAckDue(psn, s, final, time.Time{})
+}
+
+// queueAckDue queues an ACK that may wait until due (zero: no wait) for company: see Config.AckDelay.
+func (r *responder) queueAckDue(psn wire.PSN, s wire.Syndrome, final bool, due time.Time) {
+	j := job{kind: jobAck, psn: psn, syndrome: s, msn: r.msn, final: final, due: due}
 	if t := r.jobs.tail(); t != nil && t.kind == jobAck && !t.final && t.syndrome.IsACK() {
+		if !t.due.IsZero() && (due.IsZero() || t.due.Before(due)) {
+			j.due = t.due // coalescing never postpones an ACK already waiting
+		}
 		*t = j
 		return
 	}
@@ -190,6 +208,7 @@ func (r *responder) queueAck(psn wire.PSN, s wire.Syndrome, final bool) {
 
 // handle processes a request packet.
 func (r *responder) handle(q *QP, now time.Time, p wire.Packet, info *RxInfo) {
+	r.now = now
 	switch q.state {
 	case StateRTR, StateRTS, StateSQD, StateSQE:
 	default:
@@ -288,7 +307,11 @@ func (r *responder) handleRC(q *QP, p wire.Packet) {
 	r.psn = psn.Add(1)
 	r.nakSent = false
 	if bth.AckReq() {
-		r.queueAck(psn, wire.SyndromeACK(wire.CreditInvalid), false)
+		var due time.Time
+		if d := q.cfg.AckDelay; d > 0 {
+			due = r.now.Add(d)
+		}
+		r.queueAckDue(psn, wire.SyndromeACK(wire.CreditInvalid), false, due)
 	} else {
 		q.counters.AckDeferred++
 	}
@@ -698,10 +721,13 @@ func (r *responder) handleUD(q *QP, p wire.Packet, info *RxInfo) {
 }
 
 // appendPacket builds the next response packet.
-func (r *responder) appendPacket(q *QP, now time.Time, dst []byte) ([]byte, Tx, bool) {
+func (r *responder) appendPacket(q *QP, now time.Time, dst []byte, force bool) ([]byte, Tx, bool) {
 	j := r.jobs.front()
 	if j == nil || q.typ != RC {
 		return dst, Tx{}, false
+	}
+	if !j.due.IsZero() && now.Before(j.due) && !force && r.jobs.n == 1 {
+		return dst, Tx{}, false // a delayed ACK waiting for company
 	}
 	switch q.state {
 	case StateRTR, StateRTS, StateSQD:
@@ -757,7 +783,7 @@ func (r *responder) appendPacket(q *QP, now time.Time, dst []byte) ([]byte, Tx, 
 				r.jobs.n = 1
 				*j = job{kind: jobAck, final: true, psn: j.psn, syndrome: wire.SyndromeNAK(nakFor(err)), msn: r.msn}
 				q.enterError()
-				return r.appendPacket(q, now, dst)
+				return r.appendPacket(q, now, dst, force)
 			}
 		}
 		out = wire.AppendTrailer(out, int(n))
