@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
@@ -168,6 +169,11 @@ type Endpoint struct {
 	Sport  uint16 // UDP source port of its packets
 	ECN    bool
 	Stats  EndpointStats
+
+	// RP is the queue pair's DCQCN reaction point and NP its notification point, when the host runs
+	// DCQCN (WithDCQCN); nil otherwise. The NP is made at the first CE-marked packet.
+	RP *congestion.DCQCN
+	NP *congestion.NP
 
 	// OnCompletion, if set, is called with every completion of the queue pair, send and receive, as
 	// soon as the engine produces it. It may post work requests.

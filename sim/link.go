@@ -66,7 +66,7 @@ func (r DropReason) String() string {
 type PortStats struct {
 	TxPackets, TxBytes uint64 // serialized onto the wire (IP bytes)
 	Drops              [numDropReasons]uint64
-	Marks              uint64 // packets marked CE on enqueue
+	Marks              uint64 // packets marked CE
 	Corrupted          uint64 // packets a bit flip hit
 	Duplicated         uint64
 	Reordered          uint64 // packets held back by the reordering model
@@ -117,6 +117,14 @@ func (p *Port) Peer() *Port { return p.peer }
 // serialized.
 func (p *Port) QueueBytes() int { return p.qbytes }
 
+// PausedFor returns the time the port has spent paused by PFC up to now, the pause in progress included.
+func (p *Port) PausedFor(now Time) Time {
+	if p.paused {
+		return p.Stats.PausedTime + now - p.pausedSince
+	}
+	return p.Stats.PausedTime
+}
+
 // Paused reports whether PFC holds the port.
 func (p *Port) Paused() bool { return p.paused }
 
@@ -165,6 +173,9 @@ func (p *Port) kick() {
 		k := p.pop()
 		if k.inPort >= 0 {
 			p.s.ports[k.inPort].releaseIngress(k.ipLen())
+		}
+		if p.sw.cfg.ECN.Dequeue {
+			p.mark(k)
 		}
 		p.transmit(k)
 	}

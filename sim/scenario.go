@@ -30,8 +30,10 @@ type Params struct {
 	ECN        bool
 	Kmin, Kmax int
 	Pmax       float64
+	ECNDequeue bool // mark on dequeue (ECNConfig.Dequeue)
 	PFC        bool
 	XOff, XOn  int
+	DCQCN      bool // the dcqcn-* scenarios: DCQCN on every host (and ECN on), or off
 
 	Leaves, Spines, HostsPerLeaf int
 
@@ -54,7 +56,8 @@ type Result struct {
 	Sim    *Sim
 	Topo   *Topology
 	Rec    *Recorder
-	Ladder *Ladder // the ladder scenario only
+	Ladder *Ladder      // the ladder scenario only
+	Report *DCQCNReport // the dcqcn-* scenarios only
 	Wall   time.Duration
 }
 
@@ -71,6 +74,24 @@ var scenarios = []Scenario{
 		func(p *Params) {
 			p.Flows, p.Duration, p.Packets, p.Loss, p.Size, p.Msg, p.MTU, p.Rate = 1, 5*time.Millisecond, 40, 0.05, 64<<10, 16<<10, 1024, 10
 			p.Timeout, p.Delay = 8, 2*time.Microsecond
+		}},
+	{"dcqcn-fairness", "-flows (2..8) senders join a 40 Gb/s dumbbell one by one (-stagger); -dcqcn on|off: Jain index and time to converge", runDCQCNFairness,
+		func(p *Params) {
+			dcqcnDefaults(p)
+			p.Flows, p.Stagger, p.Duration = 4, 2*time.Millisecond, 0 // 0: 30 ms after the last start
+		}},
+	{"dcqcn-incast", "-flows:1 incast at -rate 40 or 100 Gb/s, -pfc or not; -dcqcn on|off: queue against Kmin/Kmax, drops, pauses", runDCQCNIncast,
+		func(p *Params) {
+			dcqcnDefaults(p)
+			p.Flows, p.Duration, p.PFC = 16, 10*time.Millisecond, false
+		}},
+	{"dcqcn-victim", "a victim flow that shares no congested port, behind PFC pauses of a -flows:1 incast; -dcqcn on|off", runDCQCNVictim,
+		func(p *Params) {
+			dcqcnDefaults(p)
+			// PFC at 96 KiB: the swA port's share of the queue DCQCN holds at swB>r (up to Kmax) stays
+			// under it (t_ECN < t_PFC, [P §4]); at 32 or 64 KiB it does not, and PFC keeps pausing the
+			// victim with DCQCN on.
+			p.Flows, p.Duration, p.XOff, p.XOn = 8, 60*time.Millisecond, 96<<10, 80<<10
 		}},
 }
 
@@ -123,7 +144,7 @@ func (p *Params) faults() Faults {
 
 func (p *Params) switchCfg() SwitchConfig {
 	return SwitchConfig{Buffer: p.Buffer,
-		ECN: ECNConfig{Enabled: p.ECN, Kmin: p.Kmin, Kmax: p.Kmax, Pmax: p.Pmax},
+		ECN: ECNConfig{Enabled: p.ECN, Kmin: p.Kmin, Kmax: p.Kmax, Pmax: p.Pmax, Dequeue: p.ECNDequeue},
 		PFC: PFCConfig{Enabled: p.PFC, XOff: p.XOff, XOn: p.XOn}}
 }
 

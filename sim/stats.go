@@ -18,6 +18,10 @@ type Recorder struct {
 	Queue    [][]int    // [port][sample] output queue bytes at the sample instant
 	Marks    [][]uint64 // [port][sample] CE marks so far
 	Drops    [][]uint64 // [port][sample] queue-full drops so far
+	Paused   [][]Time   // [port][sample] time the port has spent paused by PFC so far
+	// CCRate is [flow][sample] the requester's DCQCN rate (Endpoint.Rate), bits per second; nil when
+	// no recorded flow runs DCQCN.
+	CCRate [][]float64
 
 	last []uint64
 }
@@ -31,6 +35,13 @@ func (s *Sim) Record(interval Time, ports []*Port) *Recorder {
 	r.Queue = make([][]int, len(ports))
 	r.Marks = make([][]uint64, len(ports))
 	r.Drops = make([][]uint64, len(ports))
+	r.Paused = make([][]Time, len(ports))
+	for _, f := range r.Flows {
+		if f.Req.RP != nil {
+			r.CCRate = make([][]float64, len(r.Flows))
+			break
+		}
+	}
 	s.Every(s.now, interval, func(now Time) bool {
 		r.sample(now)
 		return true
@@ -48,23 +59,32 @@ func (r *Recorder) sample(now Time) {
 		}
 		r.last[i] = b
 		r.FlowRate[i] = append(r.FlowRate[i], rate)
+		if r.CCRate != nil {
+			r.CCRate[i] = append(r.CCRate[i], f.Req.Rate(now))
+		}
 	}
 	for i, p := range r.Ports {
 		r.Queue[i] = append(r.Queue[i], p.qbytes)
 		r.Marks[i] = append(r.Marks[i], p.Stats.Marks)
 		r.Drops[i] = append(r.Drops[i], p.Stats.Drops[DropQueueFull])
+		r.Paused[i] = append(r.Paused[i], p.PausedFor(now))
 	}
 }
 
-// WriteCSV writes one row per sample: time in microseconds, each flow's rate in Gb/s, and each port's
-// queue (bytes), marks and drops.
+// WriteCSV writes one row per sample: time in microseconds, each flow's rate in Gb/s (and its DCQCN
+// rate, if any), and each port's queue (bytes), marks, drops and paused time so far (microseconds).
 func (r *Recorder) WriteCSV(w io.Writer) error {
 	b := []byte("time_us")
 	for _, f := range r.Flows {
 		b = append(b, ","+f.Spec.Name+"_gbps"...)
 	}
+	if r.CCRate != nil {
+		for _, f := range r.Flows {
+			b = append(b, ","+f.Spec.Name+"_dcqcn_gbps"...)
+		}
+	}
 	for _, p := range r.Ports {
-		b = append(b, fmt.Sprintf(",%s_queue_bytes,%s_marks,%s_drops", p.Name, p.Name, p.Name)...)
+		b = append(b, fmt.Sprintf(",%s_queue_bytes,%s_marks,%s_drops,%s_paused_us", p.Name, p.Name, p.Name, p.Name)...)
 	}
 	b = append(b, '\n')
 	for k, t := range r.Times {
@@ -73,6 +93,12 @@ func (r *Recorder) WriteCSV(w io.Writer) error {
 			b = append(b, ',')
 			b = strconv.AppendFloat(b, r.FlowRate[i][k]/1e9, 'f', 4, 64)
 		}
+		if r.CCRate != nil {
+			for i := range r.Flows {
+				b = append(b, ',')
+				b = strconv.AppendFloat(b, r.CCRate[i][k]/1e9, 'f', 4, 64)
+			}
+		}
 		for i := range r.Ports {
 			b = append(b, ',')
 			b = strconv.AppendInt(b, int64(r.Queue[i][k]), 10)
@@ -80,6 +106,8 @@ func (r *Recorder) WriteCSV(w io.Writer) error {
 			b = strconv.AppendUint(b, r.Marks[i][k], 10)
 			b = append(b, ',')
 			b = strconv.AppendUint(b, r.Drops[i][k], 10)
+			b = append(b, ',')
+			b = strconv.AppendFloat(b, float64(r.Paused[i][k])/float64(Microsecond), 'f', 3, 64)
 		}
 		b = append(b, '\n')
 	}
@@ -207,8 +235,10 @@ func (r *Recorder) keepBusiest(n int) {
 	var ports []*Port
 	var q [][]int
 	var m, d [][]uint64
+	var pt [][]Time
 	for _, i := range idx {
 		ports, q, m, d = append(ports, r.Ports[i]), append(q, r.Queue[i]), append(m, r.Marks[i]), append(d, r.Drops[i])
+		pt = append(pt, r.Paused[i])
 	}
-	r.Ports, r.Queue, r.Marks, r.Drops = ports, q, m, d
+	r.Ports, r.Queue, r.Marks, r.Drops, r.Paused = ports, q, m, d, pt
 }

@@ -117,7 +117,37 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 	return err
 }
 
-// ThroughputChart plots each flow's arrival rate over time.
+// maxPoints is the most points a chart line gets; longer series are averaged (rates) or reduced to
+// their maximum (queues) over equal buckets, so plots of long runs stay small and readable.
+const maxPoints = 600
+
+// downsample reduces s to at most maxPoints points, each the mean (or, with peak, the maximum) of a
+// bucket of consecutive samples, placed at the bucket's last x.
+func (s Series) downsample(peak bool) Series {
+	n := len(s.X)
+	if n <= maxPoints {
+		return s
+	}
+	b := (n + maxPoints - 1) / maxPoints
+	out := Series{Name: s.Name}
+	for i := 0; i < n; i += b {
+		j := min(i+b, n)
+		v := 0.0
+		for _, y := range s.Y[i:j] {
+			if peak {
+				v = max(v, y)
+			} else {
+				v += y / float64(j-i)
+			}
+		}
+		out.X = append(out.X, s.X[j-1])
+		out.Y = append(out.Y, v)
+	}
+	return out
+}
+
+// ThroughputChart plots each flow's arrival rate over time, averaged over buckets of samples in long
+// runs.
 func (r *Recorder) ThroughputChart(title string) *Chart {
 	c := &Chart{Title: title, XLabel: "time (µs)", YLabel: "throughput (Gb/s)"}
 	for i, f := range r.Flows {
@@ -129,12 +159,33 @@ func (r *Recorder) ThroughputChart(title string) *Chart {
 			s.X = append(s.X, float64(t)/float64(Microsecond))
 			s.Y = append(s.Y, r.FlowRate[i][k]/1e9)
 		}
-		c.Series = append(c.Series, s)
+		c.Series = append(c.Series, s.downsample(false))
 	}
 	return c
 }
 
-// QueueChart plots each watched port's queue over time.
+// RateChart plots each flow's DCQCN rate over time; nil when no flow runs DCQCN.
+func (r *Recorder) RateChart(title string) *Chart {
+	if r.CCRate == nil {
+		return nil
+	}
+	c := &Chart{Title: title, XLabel: "time (µs)", YLabel: "DCQCN rate RC (Gb/s)"}
+	for i, f := range r.Flows {
+		s := Series{Name: f.Spec.Name + " " + f.Spec.Src.Name + "→" + f.Spec.Dst.Name}
+		for k, t := range r.Times {
+			if t < f.Spec.Start {
+				continue
+			}
+			s.X = append(s.X, float64(t)/float64(Microsecond))
+			s.Y = append(s.Y, r.CCRate[i][k]/1e9)
+		}
+		c.Series = append(c.Series, s.downsample(false))
+	}
+	return c
+}
+
+// QueueChart plots each watched port's queue over time: in long runs, the largest sample of each
+// bucket.
 func (r *Recorder) QueueChart(title string) *Chart {
 	c := &Chart{Title: title, XLabel: "time (µs)", YLabel: "queue (KiB)"}
 	for i, p := range r.Ports {
@@ -143,7 +194,7 @@ func (r *Recorder) QueueChart(title string) *Chart {
 			s.X = append(s.X, float64(t)/float64(Microsecond))
 			s.Y = append(s.Y, float64(r.Queue[i][k])/1024)
 		}
-		c.Series = append(c.Series, s)
+		c.Series = append(c.Series, s.downsample(true))
 	}
 	return c
 }

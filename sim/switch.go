@@ -1,5 +1,7 @@
 package sim
 
+import "github.com/goroce/goroce/congestion"
+
 // SwitchConfig describes a switch's ports. Every port gets the same buffer and policies.
 type SwitchConfig struct {
 	// Buffer is each output queue's capacity in bytes; a packet that does not fit is tail-dropped.
@@ -16,13 +18,22 @@ type SwitchConfig struct {
 const DefaultBuffer = 1 << 20
 
 // ECNConfig is RED-style marking on the instantaneous output queue, the congestion point DCQCN assumes:
-// below Kmin no mark, between Kmin and Kmax marked with a probability rising linearly to Pmax, at or
-// above Kmax always. Only ECN-capable packets (ECT) are marked. Zhu et al., "Congestion Control for
-// Large-Scale RDMA Deployments", SIGCOMM 2015, section 3.1.
+// congestion.Marking applied to the queue a packet joins: at most Kmin no mark, between Kmin and Kmax
+// marked with a probability rising linearly to Pmax, above Kmax always. Only ECN-capable packets (ECT)
+// are marked. Zhu et al., "Congestion Control for Large-Scale RDMA Deployments", SIGCOMM 2015, section
+// 3.1. The queue is read when the packet is enqueued, unless Dequeue is set.
 type ECNConfig struct {
 	Enabled    bool
 	Kmin, Kmax int // bytes
 	Pmax       float64
+	// Dequeue marks a packet as it leaves the queue, on the bytes queued behind it, as the authors' ns-3
+	// model does (BroadcomNode::ShouldSendCN in the dequeue path): the mark then reports the queue as
+	// it is now rather than one queueing delay ago, and reaches the receiver without waiting behind it.
+	Dequeue bool
+}
+
+func (e *ECNConfig) marking() congestion.Marking {
+	return congestion.Marking{Kmin: e.Kmin, Kmax: e.Kmax, Pmax: e.Pmax}
 }
 
 // PFCConfig is IEEE 802.1Qbb priority flow control on a single class: when the bytes a switch holds
@@ -69,7 +80,6 @@ func (sw *Switch) Config() SwitchConfig { return sw.cfg }
 
 // forward routes a packet that arrived on port in to an output queue.
 func (sw *Switch) forward(in *Port, k *packet) {
-	s := sw.s
 	dst := hostIndex(k.dstIP())
 	if dst < 0 || dst >= len(sw.routes) || len(sw.routes[dst]) == 0 {
 		in.drop(k, DropNoRoute)
@@ -85,17 +95,28 @@ func (sw *Switch) forward(in *Port, k *packet) {
 		out.drop(k, DropQueueFull)
 		return
 	}
-	if e := &sw.cfg.ECN; e.Enabled && k.tos()&ecnMask != 0 && k.tos()&ecnMask != ecnCE {
-		if q := out.qbytes; q >= e.Kmax || q > e.Kmin && s.rng.Float64() < e.Pmax*float64(q-e.Kmin)/float64(e.Kmax-e.Kmin) {
-			k.setTOS(k.tos() | ecnCE)
-			out.Stats.Marks++
-			s.trace(TraceMark, out.Name, DropNone, k)
-		}
+	if !sw.cfg.ECN.Dequeue {
+		out.mark(k)
 	}
 	k.inPort = in.idx
 	in.chargeIngress(n)
 	out.push(k)
 	out.kick()
+}
+
+// mark applies the ECN policy of the port's switch to k against the port's queue: the queue k finds on
+// enqueue, or the queue it leaves behind on dequeue.
+func (p *Port) mark(k *packet) {
+	e := &p.sw.cfg.ECN
+	if !e.Enabled || k.tos()&ecnMask == 0 || k.tos()&ecnMask == ecnCE {
+		return
+	}
+	// One random draw only where the policy is random, so runs without marking draw nothing.
+	if pr := e.marking().Probability(p.qbytes); pr >= 1 || pr > 0 && p.s.rng.Float64() < pr {
+		k.setTOS(k.tos() | ecnCE)
+		p.Stats.Marks++
+		p.s.trace(TraceMark, p.Name, DropNone, k)
+	}
 }
 
 // ecmp hashes the packet's 5-tuple (protocol and destination port are always UDP and 4791).
