@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/goroce/goroce/sim"
@@ -21,8 +23,9 @@ func simUsage(w io.Writer) {
        goroce sim run NAME [flags] [-out DIR]
        goroce sim replay -seed N [-trace]
 
-run writes summary.csv, timeseries.csv, throughput.svg and queue.svg (and ladder.svg for the ladder
-scenario) to -out and prints a summary table; "goroce sim run NAME -h" lists the flags. replay reruns
+run writes summary.csv, timeseries.csv, throughput.svg and queue.svg (ladder.svg for the ladder
+scenario; rate.svg and report.csv for the dcqcn-* scenarios, with -dcqcn both in DIR/off and DIR/on and
+a side-by-side report.csv in DIR) to -out and prints a summary table; "goroce sim run NAME -h" lists the flags. replay reruns
 one seed of the fault campaign (go test ./sim -run TestCampaign) and, with -trace, prints every packet.`)
 }
 
@@ -34,7 +37,7 @@ func runSim(args []string) error {
 	switch args[0] {
 	case "list":
 		for _, sc := range sim.Scenarios() {
-			fmt.Printf("  %-11s %s\n", sc.Name, sc.Help)
+			fmt.Printf("  %-15s %s\n", sc.Name, sc.Help)
 		}
 		return nil
 	case "run":
@@ -60,7 +63,14 @@ func runSimScenario(name string, args []string) error {
 	}
 	fs := flag.NewFlagSet("sim run "+name, flag.ContinueOnError)
 	fs.Uint64Var(&p.Seed, "seed", p.Seed, "random seed: a run is a function of it")
-	fs.Float64Var(&p.Rate, "rate", p.Rate, "link rate, Gb/s")
+	fs.Func("rate", fmt.Sprintf("link rate, Gb/s: 40, 100 or 40G (default %g)", p.Rate), func(v string) error {
+		g, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSuffix(v, "G"), "g"), 64)
+		if err != nil || g <= 0 {
+			return fmt.Errorf("want a positive rate in Gb/s")
+		}
+		p.Rate = g
+		return nil
+	})
 	fs.DurationVar(&p.Delay, "delay", p.Delay, "propagation delay per link")
 	fs.IntVar(&p.Flows, "flows", p.Flows, "number of flows (senders)")
 	fs.DurationVar(&p.Duration, "duration", p.Duration, "simulated time")
@@ -81,6 +91,7 @@ func runSimScenario(name string, args []string) error {
 	fs.IntVar(&p.Kmin, "kmin", p.Kmin, "ECN Kmin, bytes")
 	fs.IntVar(&p.Kmax, "kmax", p.Kmax, "ECN Kmax, bytes")
 	fs.Float64Var(&p.Pmax, "pmax", p.Pmax, "ECN marking probability at Kmax")
+	fs.BoolVar(&p.ECNDequeue, "ecn-dequeue", p.ECNDequeue, "mark CE as packets leave the queue (as the DCQCN authors' ns-3 does), not as they join it")
 	fs.BoolVar(&p.PFC, "pfc", p.PFC, "PFC: pause upstream past -xoff bytes per ingress port, resume at -xon")
 	fs.IntVar(&p.XOff, "xoff", p.XOff, "PFC XOFF threshold, bytes")
 	fs.IntVar(&p.XOn, "xon", p.XOn, "PFC XON threshold, bytes")
@@ -89,9 +100,18 @@ func runSimScenario(name string, args []string) error {
 	fs.IntVar(&p.HostsPerLeaf, "hosts", p.HostsPerLeaf, "leafspine: hosts per leaf")
 	fs.IntVar(&p.Packets, "packets", p.Packets, "ladder: packets to draw")
 	fs.DurationVar(&p.Sample, "sample", p.Sample, "sampling interval of the time series (0: duration/400)")
+	dcqcn := "on"
+	if !p.DCQCN {
+		dcqcn = "off"
+	}
+	fs.StringVar(&dcqcn, "dcqcn", dcqcn, "dcqcn-* scenarios: on, off, or both (two runs side by side, in DIR/off and DIR/on)")
 	out := fs.String("out", "", "directory for CSV and SVG files (created); none written if empty")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
+	}
+	modes := map[string][]bool{"on": {true}, "off": {false}, "both": {false, true}}[dcqcn]
+	if modes == nil {
+		return fmt.Errorf("-dcqcn %q: want on, off or both", dcqcn)
 	}
 	if p.Op, err = sim.ParseOp(*op); err != nil {
 		return err
@@ -100,13 +120,50 @@ func runSimScenario(name string, args []string) error {
 		return fmt.Errorf("-timeout %d: want 0..31", *timeout)
 	}
 	p.Timeout = uint8(*timeout)
-	r, err := sim.RunScenario(name, p)
-	if err != nil {
-		return err
-	}
-	s := r.Sim
 	w := bufio.NewWriter(os.Stdout)
 	defer w.Flush()
+	if !strings.HasPrefix(name, "dcqcn-") {
+		_, err := runOneScenario(w, name, p, *out)
+		return err
+	}
+	var reps []*sim.DCQCNReport
+	for _, on := range modes {
+		p.DCQCN = on
+		dir := *out
+		if dir != "" && len(modes) > 1 {
+			dir = filepath.Join(dir, map[bool]string{false: "off", true: "on"}[on])
+		}
+		fmt.Fprintf(w, "=== DCQCN %s ===\n", map[bool]string{false: "off", true: "on"}[on])
+		r, err := runOneScenario(w, name, p, dir)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+		sim.WriteReports(w, r.Report)
+		fmt.Fprintln(w)
+		reps = append(reps, r.Report)
+	}
+	if len(reps) > 1 {
+		fmt.Fprintf(w, "=== %s: DCQCN off and on ===\n", name)
+		sim.WriteReports(w, reps...)
+	}
+	if *out != "" {
+		fn := filepath.Join(*out, "report.csv")
+		if err := writeFile(fn, func(f io.Writer) error { return sim.WriteReportsCSV(f, reps...) }); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "wrote %s\n", fn)
+	}
+	return nil
+}
+
+// runOneScenario runs one scenario, prints its summary and writes its files to out, if set.
+func runOneScenario(w io.Writer, name string, p sim.Params, out string) (*sim.Result, error) {
+	r, err := sim.RunScenario(name, p)
+	if err != nil {
+		return nil, err
+	}
+	s := r.Sim
 	fmt.Fprintf(w, "scenario %s, seed %d: %v simulated, %d events in %v (%.2fM events/s)\n\n", name, p.Seed,
 		s.Now().Duration(), s.Processed, r.Wall.Round(time.Millisecond), float64(s.Processed)/r.Wall.Seconds()/1e6)
 	rows := s.Summary()
@@ -119,34 +176,44 @@ func runSimScenario(name string, args []string) error {
 			fmt.Fprintln(w, e.String())
 		}
 	}
-	if *out == "" {
-		return nil
+	if out == "" {
+		return r, nil
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return err
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, err
 	}
 	title := fmt.Sprintf("%s: %d flow(s) at %g Gb/s, seed %d", name, len(rows), p.Rate, p.Seed)
+	if r.Report != nil {
+		title = fmt.Sprintf("%s, DCQCN %s, PFC %s: %d flow(s) at %g Gb/s, seed %d", name,
+			map[bool]string{false: "off", true: "on"}[p.DCQCN], map[bool]string{false: "off", true: "on"}[p.PFC], len(rows), p.Rate, p.Seed)
+	}
 	files := map[string]func(io.Writer) error{
 		"summary.csv":    func(f io.Writer) error { return sim.WriteSummaryCSV(f, rows) },
 		"timeseries.csv": r.Rec.WriteCSV,
 		"throughput.svg": r.Rec.ThroughputChart("throughput per flow — " + title).WriteSVG,
 		"queue.svg":      r.Rec.QueueChart("queue length — " + title).WriteSVG,
 	}
+	if c := r.Rec.RateChart("DCQCN rate per flow — " + title); c != nil {
+		files["rate.svg"] = c.WriteSVG
+	}
+	if r.Report != nil {
+		files["report.csv"] = func(f io.Writer) error { return sim.WriteReportsCSV(f, r.Report) }
+	}
 	if r.Ladder != nil {
 		lt := fmt.Sprintf("first %d packets, loss %g, seed %d", len(r.Ladder.Entries), p.Loss, p.Seed)
 		files["ladder.svg"] = func(f io.Writer) error { return r.Ladder.WriteSVG(f, lt) }
 	}
-	for _, n := range []string{"summary.csv", "timeseries.csv", "throughput.svg", "queue.svg", "ladder.svg"} {
+	for _, n := range []string{"summary.csv", "timeseries.csv", "throughput.svg", "queue.svg", "rate.svg", "report.csv", "ladder.svg"} {
 		fn, ok := files[n]
 		if !ok {
 			continue
 		}
-		if err := writeFile(filepath.Join(*out, n), fn); err != nil {
-			return err
+		if err := writeFile(filepath.Join(out, n), fn); err != nil {
+			return nil, err
 		}
-		fmt.Fprintf(w, "wrote %s\n", filepath.Join(*out, n))
+		fmt.Fprintf(w, "wrote %s\n", filepath.Join(out, n))
 	}
-	return nil
+	return r, nil
 }
 
 func writeFile(path string, fn func(io.Writer) error) error {
