@@ -1,0 +1,473 @@
+// Package lab is goroce's interop harness: it builds a Debian guest image with Linux soft-RoCE (rxe),
+// boots guests under qemu inside a network namespace of its own, and runs commands in them.
+//
+// The namespace (Namespace) holds a bridge with the host-side address HostIP (10.77.0.1/24), where a
+// goroce peer runs (`ip netns exec`), and one tap per guest; guest N has eth0 = 10.77.0.(10+N) with the
+// rxe device rxe0 on it. Nothing outside the namespace is ever addressed.
+//
+// The image is built from Debian packages (debootstrap, then an initramfs that holds the whole trimmed
+// root file system) into Dir, by default /var/tmp/goroce-interop, and rebuilt only when its inputs
+// (suite, package list, modules, the guest's init and build script) change. Everything needs root.
+package lab
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+//go:embed assets/init assets/cmd assets/build.sh
+var assets embed.FS
+
+// The namespace and its addresses. The subnet is private to the namespace.
+const (
+	Namespace = "goroce-rxe"
+	Bridge    = "grxbr0"
+	HostIP    = "10.77.0.1"
+	// GuestCmdPort is the TCP port of the guests' command channel.
+	GuestCmdPort = 7777
+)
+
+// The guest image's inputs.
+const (
+	Suite = "bookworm"
+	// Packages are installed into the guest by debootstrap.
+	Packages = "linux-image-amd64,kmod,iproute2,rdma-core,ibverbs-providers,ibverbs-utils,perftest,rdmacm-utils,tcpdump,busybox,procps,socat"
+	// Modules are copied into the initramfs with their dependencies; the guest's init loads them.
+	Modules = "virtio_pci virtio_net crc32_generic crc32_pclmul ib_uverbs rdma_ucm rdma_rxe ib_umad sch_netem ifb sch_ingress act_mirred cls_matchall"
+)
+
+// HostTools are the host commands the lab needs, with the Debian packages that provide them.
+var HostTools = map[string]string{
+	"qemu-system-x86_64": "qemu-system-x86",
+	"debootstrap":        "debootstrap",
+	"cpio":               "cpio",
+	"ip":                 "iproute2",
+	"gzip":               "gzip",
+	"tar":                "tar",
+}
+
+// GuestIP returns guest n's address.
+func GuestIP(n int) netip.Addr { return netip.AddrFrom4([4]byte{10, 77, 0, byte(10 + n)}) }
+
+// Lab is one namespace and the guests in it, described by directories and pid files so that separate
+// processes (the labctl command, a test binary) see the same lab.
+type Lab struct {
+	// Dir holds the image (vmlinuz, initrd.gz, rootfs/) and run/ (pid files, consoles).
+	Dir string
+	// Mirror is the Debian archive debootstrap uses.
+	Mirror string
+	// MemMiB is each guest's memory.
+	MemMiB int
+	// MTU is the link MTU of the bridge, the taps and the guests' eth0. 9000 lets rxe use path MTU 4096.
+	MTU int
+	// BootTimeout bounds a guest's boot.
+	BootTimeout time.Duration
+	// Log receives progress lines; nil discards them.
+	Log io.Writer
+}
+
+// New returns the lab configured from the environment: GOROCE_INTEROP_DIR (default
+// /var/tmp/goroce-interop), GOROCE_INTEROP_MIRROR (default: the Debian archive this machine's apt uses),
+// GOROCE_INTEROP_MEM (MiB, default 1024).
+func New() *Lab {
+	l := &Lab{Dir: "/var/tmp/goroce-interop", MemMiB: 1024, MTU: 9000, BootTimeout: 5 * time.Minute}
+	if d := os.Getenv("GOROCE_INTEROP_DIR"); d != "" {
+		l.Dir = d
+	}
+	l.Mirror = os.Getenv("GOROCE_INTEROP_MIRROR")
+	if l.Mirror == "" {
+		l.Mirror = aptMirror()
+	}
+	if m, err := strconv.Atoi(os.Getenv("GOROCE_INTEROP_MEM")); err == nil && m > 0 {
+		l.MemMiB = m
+	}
+	return l
+}
+
+func (l *Lab) logf(format string, args ...any) {
+	if l.Log != nil {
+		fmt.Fprintf(l.Log, "lab: "+format+"\n", args...)
+	}
+}
+
+func (l *Lab) run() string { return filepath.Join(l.Dir, "run") }
+
+// aptMirror returns the first Debian archive in this machine's apt sources that is not the security
+// archive, so the image comes from where the machine already gets its packages.
+func aptMirror() string {
+	var files []string
+	for _, pat := range []string{"/etc/apt/sources.list.d/*.sources", "/etc/apt/sources.list", "/etc/apt/sources.list.d/*.list"} {
+		m, _ := filepath.Glob(pat)
+		files = append(files, m...)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			fields := strings.Fields(line)
+			var uri string
+			switch {
+			case len(fields) >= 2 && fields[0] == "URIs:":
+				uri = fields[1]
+			case len(fields) >= 3 && fields[0] == "deb":
+				uri = fields[1]
+				if strings.HasPrefix(uri, "[") {
+					uri = fields[2]
+				}
+			}
+			if uri != "" && strings.Contains(uri, "debian") && !strings.Contains(uri, "security") {
+				return uri
+			}
+		}
+	}
+	return "http://deb.debian.org/debian"
+}
+
+// MissingTools returns the host commands the lab needs that are not installed.
+func MissingTools() []string {
+	var miss []string
+	for t := range HostTools {
+		if _, err := exec.LookPath(t); err != nil {
+			miss = append(miss, t)
+		}
+	}
+	return miss
+}
+
+// InstallTools installs the missing host tools with apt-get.
+func (l *Lab) InstallTools(ctx context.Context) error {
+	miss := MissingTools()
+	if len(miss) == 0 {
+		return nil
+	}
+	pkgs := []string{"install", "-y", "--no-install-recommends"}
+	for _, t := range miss {
+		pkgs = append(pkgs, HostTools[t])
+	}
+	l.logf("installing %v", pkgs[3:])
+	if err := l.cmd(ctx, "apt-get", "update").Run(); err != nil {
+		return fmt.Errorf("apt-get update: %w", err)
+	}
+	c := l.cmd(ctx, "apt-get", pkgs...)
+	c.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	if err := c.Run(); err != nil {
+		return fmt.Errorf("apt-get install: %w", err)
+	}
+	return nil
+}
+
+func (l *Lab) cmd(ctx context.Context, name string, args ...string) *exec.Cmd {
+	c := exec.CommandContext(ctx, name, args...)
+	w := l.Log
+	if w == nil {
+		w = io.Discard
+	}
+	c.Stdout, c.Stderr = w, w
+	return c
+}
+
+func hashOf(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d:%s;", len(p), p)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// Build builds the guest image unless a build from the same inputs is already in Dir.
+func (l *Lab) Build(ctx context.Context) error {
+	if miss := MissingTools(); len(miss) > 0 {
+		return fmt.Errorf("missing host tools %v (install: apt-get install qemu-system-x86 debootstrap cpio iproute2)", miss)
+	}
+	adir := filepath.Join(l.Dir, "assets")
+	if err := os.MkdirAll(adir, 0o755); err != nil {
+		return err
+	}
+	var files []string
+	err := fs.WalkDir(assets, "assets", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := assets.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		files = append(files, p, string(b))
+		return os.WriteFile(filepath.Join(adir, filepath.Base(p)), b, 0o755)
+	})
+	if err != nil {
+		return err
+	}
+	rootKey := hashOf(Suite, Packages)
+	imageKey := hashOf(append([]string{rootKey, Modules}, files...)...)
+	c := l.cmd(ctx, "bash", filepath.Join(adir, "build.sh"))
+	c.Env = append(os.Environ(), "DIR="+l.Dir, "SUITE="+Suite, "MIRROR="+l.Mirror, "PKGS="+Packages,
+		"MODS="+Modules, "ROOTFS_KEY="+rootKey, "IMAGE_KEY="+imageKey, "ASSETS="+adir)
+	if err := c.Run(); err != nil {
+		return fmt.Errorf("building the guest image: %w", err)
+	}
+	return nil
+}
+
+// KernelVersion returns the guest kernel's release, as the build recorded it.
+func (l *Lab) KernelVersion() string {
+	b, _ := os.ReadFile(filepath.Join(l.Dir, "kernel-version"))
+	return strings.TrimSpace(string(b))
+}
+
+// ip runs ip(8) with args and returns its combined output.
+func ip(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return string(out), nil
+}
+
+// nsExists reports whether the lab's namespace exists.
+func nsExists() bool {
+	_, err := os.Stat("/run/netns/" + Namespace)
+	return err == nil
+}
+
+// NamespaceUp creates the namespace and its bridge unless they exist.
+func (l *Lab) NamespaceUp(ctx context.Context) error {
+	if !nsExists() {
+		if _, err := ip(ctx, "netns", "add", Namespace); err != nil {
+			return err
+		}
+	}
+	steps := [][]string{{"-n", Namespace, "link", "set", "lo", "up"}}
+	if _, err := ip(ctx, "-n", Namespace, "link", "show", Bridge); err != nil {
+		steps = append(steps,
+			[]string{"-n", Namespace, "link", "add", Bridge, "type", "bridge", "stp_state", "0", "forward_delay", "0"},
+			[]string{"-n", Namespace, "addr", "add", HostIP + "/24", "dev", Bridge})
+	}
+	steps = append(steps, []string{"-n", Namespace, "link", "set", Bridge, "mtu", strconv.Itoa(l.MTU), "up"})
+	for _, s := range steps {
+		if _, err := ip(ctx, s...); err != nil {
+			return err
+		}
+	}
+	// Replies from the guests come back on the bridge; IPv6 is not used.
+	_ = exec.CommandContext(ctx, "ip", "netns", "exec", Namespace, "sysctl", "-qw",
+		"net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0", "net.ipv6.conf.all.disable_ipv6=1").Run()
+	return nil
+}
+
+// Guest is one booted guest.
+type Guest struct {
+	N   int
+	IP  netip.Addr
+	lab *Lab
+}
+
+// Guest returns guest n (booted or not).
+func (l *Lab) Guest(n int) *Guest { return &Guest{N: n, IP: GuestIP(n), lab: l} }
+
+func (l *Lab) pidFile(n int) string { return filepath.Join(l.run(), fmt.Sprintf("vm%d.pid", n)) }
+func (l *Lab) console(n int) string { return filepath.Join(l.run(), fmt.Sprintf("vm%d.console", n)) }
+func (l *Lab) monitor(n int) string { return filepath.Join(l.run(), fmt.Sprintf("vm%d.mon", n)) }
+func tapName(n int) string          { return fmt.Sprintf("grxtap%d", n) }
+func readPID(path string) (int, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid, err == nil && pid > 0
+}
+
+// running returns guest n's qemu pid if it runs.
+func (l *Lab) running(n int) (int, bool) {
+	pid, ok := l.readQEMUPID(n)
+	if !ok || syscall.Kill(pid, 0) != nil {
+		return 0, false
+	}
+	return pid, true
+}
+
+func (l *Lab) readQEMUPID(n int) (int, bool) { return readPID(l.pidFile(n)) }
+
+// Console returns guest n's serial console log.
+func (l *Lab) Console(n int) string {
+	b, _ := os.ReadFile(l.console(n))
+	return string(b)
+}
+
+// Up builds the image if needed, creates the namespace and boots the guests (default: guest 1) one
+// after the other. A guest that already runs is left alone.
+func (l *Lab) Up(ctx context.Context, ids ...int) ([]*Guest, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the lab needs root (network namespaces, taps)")
+	}
+	if err := l.Build(ctx); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(l.run(), 0o755); err != nil {
+		return nil, err
+	}
+	if err := l.NamespaceUp(ctx); err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		ids = []int{1}
+	}
+	var gs []*Guest
+	for _, n := range ids {
+		g, err := l.boot(ctx, n)
+		if err != nil {
+			return gs, err
+		}
+		gs = append(gs, g)
+	}
+	return gs, nil
+}
+
+func (l *Lab) boot(ctx context.Context, n int) (*Guest, error) {
+	if n < 1 || n > 200 {
+		return nil, fmt.Errorf("guest number %d out of 1..200", n)
+	}
+	g := l.Guest(n)
+	if _, ok := l.running(n); ok {
+		l.logf("vm%d already running", n)
+		return g, nil
+	}
+	tap := tapName(n)
+	_, _ = ip(ctx, "-n", Namespace, "link", "del", tap)
+	for _, s := range [][]string{
+		{"-n", Namespace, "tuntap", "add", tap, "mode", "tap"},
+		{"-n", Namespace, "link", "set", tap, "mtu", strconv.Itoa(l.MTU)},
+		{"-n", Namespace, "link", "set", tap, "master", Bridge, "up"},
+	} {
+		if _, err := ip(ctx, s...); err != nil {
+			return nil, err
+		}
+	}
+	accel := []string{"-accel", "tcg,thread=multi", "-cpu", "max"}
+	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
+		f.Close()
+		accel = []string{"-accel", "kvm", "-cpu", "host"}
+	}
+	if err := os.WriteFile(l.console(n), nil, 0o644); err != nil {
+		return nil, err
+	}
+	_ = os.Remove(l.pidFile(n))
+	args := append([]string{"netns", "exec", Namespace, "qemu-system-x86_64"}, accel...)
+	args = append(args, "-m", strconv.Itoa(l.MemMiB), "-smp", "1",
+		"-kernel", filepath.Join(l.Dir, "vmlinuz"), "-initrd", filepath.Join(l.Dir, "initrd.gz"),
+		"-append", fmt.Sprintf("console=ttyS0 goroce_id=%d goroce_mtu=%d panic=-1 quiet loglevel=5", n, l.MTU),
+		"-display", "none", "-monitor", "unix:"+l.monitor(n)+",server,nowait", "-serial", "file:"+l.console(n),
+		"-no-reboot", "-netdev", fmt.Sprintf("tap,id=n0,ifname=%s,script=no,downscript=no", tap),
+		"-device", fmt.Sprintf("virtio-net-pci,netdev=n0,mac=52:54:00:77:00:%02x", 10+n),
+		"-daemonize", "-pidfile", l.pidFile(n))
+	t0 := time.Now()
+	if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("qemu for vm%d: %v: %s", n, err, bytes.TrimSpace(out))
+	}
+	deadline := t0.Add(l.BootTimeout)
+	for {
+		if strings.Contains(l.Console(n), "GOROCE-GUEST-READY") {
+			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			_, err := g.Exec(cctx, "true")
+			cancel()
+			if err == nil {
+				break
+			}
+		}
+		if _, ok := l.running(n); !ok || time.Now().After(deadline) || ctx.Err() != nil {
+			_ = l.Down(context.Background(), n)
+			return nil, fmt.Errorf("vm%d did not boot; console:\n%s", n, tail(l.Console(n), 20))
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	l.logf("vm%d up at %v in %.1fs (%s)", n, g.IP, time.Since(t0).Seconds(), accel[1])
+	return g, nil
+}
+
+func tail(s string, lines int) string {
+	ls := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(ls) > lines {
+		ls = ls[len(ls)-lines:]
+	}
+	return strings.Join(ls, "\n")
+}
+
+// Down stops the given guests; with none it stops every guest and deletes the namespace.
+func (l *Lab) Down(ctx context.Context, ids ...int) error {
+	all := len(ids) == 0
+	if all {
+		ids = l.Guests()
+	}
+	for _, n := range ids {
+		if pid, ok := l.running(n); ok {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+			for i := 0; i < 50 && syscall.Kill(pid, 0) == nil; i++ {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if syscall.Kill(pid, 0) == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		_ = os.Remove(l.pidFile(n))
+		if nsExists() {
+			_, _ = ip(ctx, "-n", Namespace, "link", "del", tapName(n))
+		}
+		l.logf("vm%d down", n)
+	}
+	if all && nsExists() {
+		if _, err := ip(ctx, "netns", "del", Namespace); err != nil {
+			return err
+		}
+		l.logf("namespace %s removed", Namespace)
+	}
+	return nil
+}
+
+// Guests returns the numbers of the guests that have a pid file.
+func (l *Lab) Guests() []int {
+	m, _ := filepath.Glob(filepath.Join(l.run(), "vm*.pid"))
+	var ids []int
+	for _, p := range m {
+		s := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "vm"), ".pid")
+		if n, err := strconv.Atoi(s); err == nil {
+			ids = append(ids, n)
+		}
+	}
+	return ids
+}
+
+// Status returns one line per guest with a pid file.
+func (l *Lab) Status() []string {
+	var out []string
+	for _, n := range l.Guests() {
+		if pid, ok := l.running(n); ok {
+			out = append(out, fmt.Sprintf("vm%d %v pid %d running", n, GuestIP(n), pid))
+		} else {
+			out = append(out, fmt.Sprintf("vm%d stale pid file", n))
+		}
+	}
+	return out
+}
+
+// NSCommand returns a command that runs name with args inside the namespace, where HostIP is local.
+func NSCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", Namespace, name}, args...)...)
+}
