@@ -1,0 +1,222 @@
+//go:build interop
+
+// Package interop tests goroce against Linux soft-RoCE (rxe) in qemu guests (see lab). Run as root:
+//
+//	go test -tags interop ./interop/...
+//
+// goroce runs on the host side of the lab's bridge (10.77.0.1, inside the namespace); rxe in guest 1
+// (10.77.0.11). Each test checks both programs' exit status and output.
+package interop
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/interop/lab"
+)
+
+// goroceBin is the goroce command, built once by TestMain.
+var goroceBin string
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		dir, err := os.MkdirTemp("", "goroce-interop-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		goroceBin = filepath.Join(dir, "goroce")
+		if out, err := exec.Command("go", "build", "-o", goroceBin, "../cmd/goroce").CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building goroce: %v\n%s", err, out)
+			return 1
+		}
+		defer lab.Shutdown()
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// lockedBuffer collects a process's output while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// pingpongLines are the lines ibv_rc_pingpong prints; goroce pingpong must print the same.
+func pingpongLines(localIP, remoteIP string) []*regexp.Regexp {
+	q := regexp.QuoteMeta
+	return []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:` + q(localIP) + `$`),
+		regexp.MustCompile(`(?m)^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:` + q(remoteIP) + `$`),
+		regexp.MustCompile(`(?m)^\d+ bytes in \d+\.\d\d seconds = \d+\.\d\d Mbit/sec$`),
+		regexp.MustCompile(`(?m)^\d+ iters in \d+\.\d\d seconds = \d+\.\d\d usec/iter$`),
+	}
+}
+
+func checkPingpongOutput(t *testing.T, who, out, localIP, remoteIP string, size, iters int) {
+	t.Helper()
+	for _, re := range pingpongLines(localIP, remoteIP) {
+		if !re.MatchString(out) {
+			t.Errorf("%s output lacks a line matching %v:\n%s", who, re, out)
+		}
+	}
+	if want := fmt.Sprintf("%d bytes in ", 2*size*iters); !strings.Contains(out, want) {
+		t.Errorf("%s output lacks %q:\n%s", who, want, out)
+	}
+	if strings.Contains(out, "invalid data") {
+		t.Errorf("%s found invalid data:\n%s", who, out)
+	}
+}
+
+// waitListen waits until a TCP port listens in the guest.
+func waitListen(ctx context.Context, g *lab.Guest, port int) error {
+	_, err := g.Exec(ctx, fmt.Sprintf(`for i in $(seq 200); do ss -Hltn "sport = :%d" | grep -q . && exit 0; sleep 0.05; done; exit 1`, port))
+	return err
+}
+
+type pingpongCase struct {
+	size, mtu, iters int
+	uc               bool // ibv_uc_pingpong and goroce pingpong -qp-type uc
+}
+
+func (c pingpongCase) name() string {
+	n := fmt.Sprintf("s%d-m%d", c.size, c.mtu)
+	if c.uc {
+		n = "uc-" + n
+	}
+	return n
+}
+
+// flags are the flags both programs get; -c makes each check the data it receives.
+func (c pingpongCase) flags() []string {
+	return []string{"-s", strconv.Itoa(c.size), "-m", strconv.Itoa(c.mtu), "-n", strconv.Itoa(c.iters), "-c"}
+}
+
+func (c pingpongCase) tool() string {
+	if c.uc {
+		return "ibv_uc_pingpong"
+	}
+	return "ibv_rc_pingpong"
+}
+
+func (c pingpongCase) goroceArgs(port int) []string {
+	args := []string{"pingpong", "-g", "1", "-a", lab.HostIP, "-p", strconv.Itoa(port), "-timeout", "90s"}
+	if c.uc {
+		args = append(args, "-qp-type", "uc")
+	}
+	return append(args, c.flags()...)
+}
+
+// pingpongCases cover a single byte, one packet, multi-packet messages up to 1 MiB at path MTU 1024
+// and 4096, and UC.
+var pingpongCases = []pingpongCase{
+	{size: 1, mtu: 1024, iters: 200},
+	{size: 4096, mtu: 1024, iters: 200},
+	{size: 65536, mtu: 1024, iters: 30},
+	{size: 65536, mtu: 4096, iters: 30},
+	{size: 1 << 20, mtu: 4096, iters: 5},
+	{size: 4096, mtu: 1024, iters: 100, uc: true},
+}
+
+// TestPingpongGoroceClient: ibv_rc_pingpong -g 1 serves in the guest, goroce pingpong connects.
+func TestPingpongGoroceClient(t *testing.T) {
+	_, gs := lab.Start(t, 1)
+	g := gs[0]
+	for i, c := range pingpongCases {
+		t.Run(c.name(), func(t *testing.T) {
+			port := 18515 + i
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			type result struct {
+				out string
+				err error
+			}
+			srv := make(chan result, 1)
+			go func() {
+				out, err := g.Exec(ctx, fmt.Sprintf("timeout 90 %s -d rxe0 -g 1 -p %d %s", c.tool(), port, strings.Join(c.flags(), " ")))
+				srv <- result{out, err}
+			}()
+			if err := waitListen(ctx, g, port); err != nil {
+				t.Fatalf("%s does not listen: %v", c.tool(), err)
+			}
+			cmd := lab.NSCommand(ctx, goroceBin, append(c.goroceArgs(port), g.IP.String())...)
+			cout, cerr := cmd.CombinedOutput()
+			s := <-srv
+			t.Logf("goroce pingpong (client):\n%s", cout)
+			t.Logf("%s (server, vm%d):\n%s", c.tool(), g.N, s.out)
+			if cerr != nil {
+				t.Errorf("goroce pingpong: %v", cerr)
+			}
+			if s.err != nil {
+				t.Errorf("%s: %v", c.tool(), s.err)
+			}
+			checkPingpongOutput(t, "goroce pingpong", string(cout), lab.HostIP, g.IP.String(), c.size, c.iters)
+			checkPingpongOutput(t, c.tool(), s.out, g.IP.String(), lab.HostIP, c.size, c.iters)
+		})
+	}
+}
+
+// TestPingpongGoroceServer: goroce pingpong serves on the host side, ibv_rc_pingpong -g 1 connects
+// from the guest.
+func TestPingpongGoroceServer(t *testing.T) {
+	_, gs := lab.Start(t, 1)
+	g := gs[0]
+	for i, c := range pingpongCases {
+		t.Run(c.name(), func(t *testing.T) {
+			port := 18615 + i
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := lab.NSCommand(ctx, goroceBin, c.goroceArgs(port)...)
+			var sout lockedBuffer
+			cmd.Stdout, cmd.Stderr = &sout, &sout
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waited := make(chan error, 1)
+			go func() { waited <- cmd.Wait() }()
+			// goroce pingpong prints its address once it listens.
+			for !strings.Contains(sout.String(), "local address") {
+				select {
+				case err := <-waited:
+					t.Fatalf("goroce pingpong ended before listening: %v\n%s", err, sout.String())
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			out, cerr := g.Exec(ctx, fmt.Sprintf("timeout 90 %s -d rxe0 -g 1 -p %d %s %s", c.tool(), port, strings.Join(c.flags(), " "), lab.HostIP))
+			serr := <-waited
+			t.Logf("goroce pingpong (server):\n%s", sout.String())
+			t.Logf("%s (client, vm%d):\n%s", c.tool(), g.N, out)
+			if serr != nil {
+				t.Errorf("goroce pingpong: %v", serr)
+			}
+			if cerr != nil {
+				t.Errorf("%s: %v", c.tool(), cerr)
+			}
+			checkPingpongOutput(t, "goroce pingpong", sout.String(), lab.HostIP, g.IP.String(), c.size, c.iters)
+			checkPingpongOutput(t, c.tool(), out, g.IP.String(), lab.HostIP, c.size, c.iters)
+		})
+	}
+}
