@@ -220,3 +220,103 @@ func TestPingpongGoroceServer(t *testing.T) {
 		})
 	}
 }
+
+// lossScript makes guest 1 drop pct percent of the packets it sends (netem on eth0) and of those it
+// receives (redirected through ifb0 to a second netem): loss in both directions, inside the lab.
+const lossScript = `tc qdisc add dev eth0 root netem loss %[1]d%% &&
+ip link set ifb0 up &&
+tc qdisc add dev eth0 handle ffff: ingress &&
+tc filter add dev eth0 parent ffff: matchall action mirred egress redirect dev ifb0 &&
+tc qdisc add dev ifb0 root netem loss %[1]d%%`
+
+const lossOffScript = `tc qdisc del dev eth0 root; tc qdisc del dev eth0 ingress; tc qdisc del dev ifb0 root; true`
+
+// netemDrops returns how many packets the netem qdisc on dev dropped.
+func netemDrops(ctx context.Context, t *testing.T, g *lab.Guest, dev string) int {
+	t.Helper()
+	out, err := g.Exec(ctx, "tc -s qdisc show dev "+dev)
+	if err != nil {
+		t.Fatalf("tc: %v", err)
+	}
+	m := regexp.MustCompile(`qdisc netem [^\n]*\n[^\n]*\(dropped (\d+),`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no netem drop count in:\n%s", out)
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// rxeCounters returns rxe's counters that show recovery from loss.
+func rxeCounters(ctx context.Context, g *lab.Guest) string {
+	out, _ := g.Exec(ctx, `cd /sys/class/infiniband/rxe0/ports/1/hw_counters && for c in completer_retry_err rcvd_seq_err duplicate_request out_of_seq_request retry_exceeded_err; do printf '%s=%s ' $c $(cat $c); done`)
+	return out
+}
+
+// TestPingpongLoss runs goroce pingpong against ibv_rc_pingpong, in both roles, with 3% of the packets
+// lost each way: both sides' retransmission must recover and the data must check.
+func TestPingpongLoss(t *testing.T) {
+	_, gs := lab.Start(t, 1)
+	g := gs[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if out, err := g.Exec(ctx, fmt.Sprintf(lossScript, 3)); err != nil {
+		t.Fatalf("injecting loss: %v\n%s", err, out)
+	}
+	defer g.Exec(context.Background(), lossOffScript)
+	c := pingpongCase{size: 65536, mtu: 1024, iters: 30}
+	t.Logf("rxe counters before: %s", rxeCounters(ctx, g))
+	for _, role := range []string{"goroce-client", "goroce-server"} {
+		t.Run(role, func(t *testing.T) {
+			port := 18715
+			if role == "goroce-server" {
+				port++
+			}
+			var gout, rout string
+			var gerr, rerr error
+			if role == "goroce-client" {
+				done := make(chan struct{})
+				go func() {
+					rout, rerr = g.Exec(ctx, fmt.Sprintf("timeout 120 %s -d rxe0 -g 1 -p %d %s", c.tool(), port, strings.Join(c.flags(), " ")))
+					close(done)
+				}()
+				if err := waitListen(ctx, g, port); err != nil {
+					t.Fatalf("%s does not listen: %v", c.tool(), err)
+				}
+				out, err := lab.NSCommand(ctx, goroceBin, append(c.goroceArgs(port), g.IP.String())...).CombinedOutput()
+				gout, gerr = string(out), err
+				<-done
+			} else {
+				cmd := lab.NSCommand(ctx, goroceBin, c.goroceArgs(port)...)
+				var sout lockedBuffer
+				cmd.Stdout, cmd.Stderr = &sout, &sout
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				for !strings.Contains(sout.String(), "local address") {
+					if ctx.Err() != nil {
+						t.Fatalf("goroce pingpong did not listen:\n%s", sout.String())
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				rout, rerr = g.Exec(ctx, fmt.Sprintf("timeout 120 %s -d rxe0 -g 1 -p %d %s %s", c.tool(), port, strings.Join(c.flags(), " "), lab.HostIP))
+				gerr = cmd.Wait()
+				gout = sout.String()
+			}
+			t.Logf("goroce pingpong:\n%s", gout)
+			t.Logf("%s (vm%d):\n%s", c.tool(), g.N, rout)
+			if gerr != nil {
+				t.Errorf("goroce pingpong: %v", gerr)
+			}
+			if rerr != nil {
+				t.Errorf("%s: %v", c.tool(), rerr)
+			}
+			checkPingpongOutput(t, "goroce pingpong", gout, lab.HostIP, g.IP.String(), c.size, c.iters)
+			checkPingpongOutput(t, c.tool(), rout, g.IP.String(), lab.HostIP, c.size, c.iters)
+		})
+	}
+	sent, recv := netemDrops(ctx, t, g, "eth0"), netemDrops(ctx, t, g, "ifb0")
+	t.Logf("lost: %d packets rxe sent, %d packets goroce sent; rxe counters after: %s", sent, recv, rxeCounters(ctx, g))
+	if sent == 0 || recv == 0 {
+		t.Errorf("loss was not injected both ways: %d and %d packets dropped", sent, recv)
+	}
+}
