@@ -179,7 +179,7 @@ func BenchmarkGather4K(b *testing.B) {
 }
 
 func BenchmarkKeyDecrypt(b *testing.B) {
-	s := randomSpeck()
+	s := NewTable().rkeys
 	var v uint32
 	for b.Loop() {
 		v = s.decrypt(v)

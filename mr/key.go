@@ -2,7 +2,6 @@ package mr
 
 import (
 	"crypto/rand"
-	"encoding/binary"
 	"math/bits"
 )
 
@@ -55,16 +54,6 @@ func newSpeck(key [4]uint16) speck {
 		s.rk[i+1] = bits.RotateLeft16(s.rk[i], speckBeta) ^ l[i+3]
 	}
 	return s
-}
-
-// randomSpeck returns a cipher under a key from crypto/rand.
-func randomSpeck() speck {
-	var b [8]byte
-	randomBytes(b[:])
-	return newSpeck([4]uint16{
-		binary.LittleEndian.Uint16(b[0:]), binary.LittleEndian.Uint16(b[2:]),
-		binary.LittleEndian.Uint16(b[4:]), binary.LittleEndian.Uint16(b[6:]),
-	})
 }
 
 // encrypt maps a plain key to a published key. The block's high half is the cipher's x word.

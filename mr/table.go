@@ -48,11 +48,19 @@ type Table struct {
 func NewTable() *Table {
 	var seed [32]byte
 	randomBytes(seed[:])
-	return &Table{
-		lkeys: randomSpeck(),
-		rkeys: randomSpeck(),
-		rng:   rand.New(rand.NewChaCha8(seed)),
+	return NewTableSeeded(seed)
+}
+
+// NewTableSeeded returns an empty table whose key permutations and key parts all derive from seed, so
+// that the same registrations give the same keys every time. It is for simulation and tests that must
+// replay bit for bit; a device serving real peers uses NewTable, whose keys nobody can predict.
+func NewTableSeeded(seed [32]byte) *Table {
+	rng := rand.New(rand.NewChaCha8(seed))
+	speckFrom := func() speck {
+		return newSpeck([4]uint16{uint16(rng.Uint32()), uint16(rng.Uint32()), uint16(rng.Uint32()), uint16(rng.Uint32())})
 	}
+	t := &Table{lkeys: speckFrom(), rkeys: speckFrom(), rng: rng}
+	return t
 }
 
 // PD is a protection domain: a region is reachable only through a queue pair of the same domain.

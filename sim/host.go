@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/goroce/goroce/congestion"
@@ -64,7 +65,14 @@ const firstQPN = 0x11
 
 // AddHost adds a host. It needs one link to a switch or another host before it can send.
 func (s *Sim) AddHost(cfg HostConfig) *Host {
-	h := &Host{s: s, idx: len(s.Hosts), cfg: cfg, Name: cfg.Name, Mem: mr.NewTable(), nextIOVA: 1 << 32}
+	// Keys derive from the run's seed and the host's index (not from the run's random stream, which
+	// scenarios' outcomes depend on), so traces replay bit for bit.
+	var seed [32]byte
+	kr := rand.New(rand.NewPCG(s.seed, uint64(len(s.Hosts))^0x6b657973))
+	for i := range seed {
+		seed[i] = byte(kr.Uint32())
+	}
+	h := &Host{s: s, idx: len(s.Hosts), cfg: cfg, Name: cfg.Name, Mem: mr.NewTableSeeded(seed), nextIOVA: 1 << 32}
 	if h.Name == "" {
 		h.Name = fmt.Sprintf("h%d", h.idx)
 	}
