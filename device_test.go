@@ -542,3 +542,19 @@ func TestDCQCNLoopback(t *testing.T) {
 		t.Fatalf("rate %v did not come down", rate)
 	}
 }
+
+// Closing a QP right after its last receive still acknowledges the message: the ACK waiting for
+// company under AckDelay leaves before the QP goes, so the peer completes without a retransmission.
+func TestCloseSendsPendingAck(t *testing.T) {
+	p := newPair(t, conn.NewMemNetwork(), RC, ConnectOptions{})
+	must(t, p.qb.PostRecv(&RecvWR{ID: 1}))
+	must(t, p.qa.PostSend(&SendWR{ID: 1, Opcode: WRSend, Flags: Signaled}))
+	wait(t, p.cqb, 1)
+	must(t, p.qb.Close())
+	if wc := wait(t, p.cqa, 1)[0]; wc.Status != StatusSuccess {
+		t.Fatalf("%+v", wc)
+	}
+	if c := p.qa.Counters(); c.CompleterRetryErr != 0 {
+		t.Fatalf("the requester retransmitted: %+v", c)
+	}
+}

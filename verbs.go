@@ -481,6 +481,16 @@ func (q *QP) Close() error {
 func (q *QP) shutdown() {
 	q.closeOne.Do(func() {
 		d := q.dev
+		// ACKs still waiting for company leave now: the peer's last requests get acknowledged.
+		q.mu.Lock()
+		q.eng.ReleaseAcks()
+		q.mu.Unlock()
+		if !d.closing.Load() {
+			tb := d.getTxBatch()
+			d.pump(q, tb)
+			d.flush(tb)
+			d.putTxBatch(tb)
+		}
 		d.qps.Delete(q.qpn)
 		d.nqps.Add(-1)
 		q.mu.Lock()

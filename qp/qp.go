@@ -349,6 +349,14 @@ func (q *QP) AppendPacket(now time.Time, dst []byte) ([]byte, Tx, bool) {
 	return dst, Tx{}, false
 }
 
+// ReleaseAcks lets every ACK waiting under AckDelay go with the next AppendPacket: for an owner about
+// to close the QP, so that the peer's last requests are acknowledged before the QP disappears.
+func (q *QP) ReleaseAcks() {
+	for k := 0; k < q.rsp.jobs.n; k++ {
+		q.rsp.jobs.slots[(q.rsp.jobs.head+k)%len(q.rsp.jobs.slots)].due = time.Time{}
+	}
+}
+
 // Tx says where a packet AppendPacket produced goes.
 type Tx struct {
 	AH        AddressHandle
