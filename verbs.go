@@ -591,32 +591,24 @@ func (q *QP) Connect(remote RemoteInfo, opts ConnectOptions) error {
 	if opts.RdAtomic == 0 {
 		opts.RdAtomic = 16
 	}
-	steps := []struct {
-		a    Attr
-		mask AttrMask
-	}{
-		{Attr{State: qp.StateInit, AccessFlags: opts.Access &^ LocalWrite, QKey: opts.QKey}, qp.AttrState | qp.AttrAccessFlags},
-		{Attr{State: qp.StateRTR, PathMTU: opts.MTU, DestQPN: remote.QPN, RQPSN: remote.PSN, MaxDestRdAtomic: opts.RdAtomic,
-			MinRNRTimer: opts.MinRNRTimer, AV: AddressHandle{DGID: remote.GID, HopLimit: 64, TrafficClass: q.srcTC}},
-			qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN | qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer},
-		{Attr{State: qp.StateRTS, SQPSN: q.psn, Timeout: opts.Timeout, RetryCnt: opts.RetryCnt, RNRRetry: opts.RNRRetry,
-			MaxRdAtomic: opts.RdAtomic}, qp.AttrState | qp.AttrSQPSN | qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic},
+	av := AddressHandle{DGID: remote.GID, HopLimit: 64, TrafficClass: q.srcTC}
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return ErrClosed
 	}
-	switch q.typ {
-	case UC:
-		steps[1].mask = qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
-		steps[2].mask = qp.AttrState | qp.AttrSQPSN
-	case UD:
-		steps[0].mask = qp.AttrState | qp.AttrQKey
-		steps[1].mask = qp.AttrState
-		steps[2].mask = qp.AttrState | qp.AttrSQPSN
+	err := q.eng.Connect(q.dev.clock.Now(), &qp.ConnectParams{AccessFlags: opts.Access &^ LocalWrite, QKey: opts.QKey,
+		AV: av, PathMTU: opts.MTU, DestQPN: remote.QPN, RQPSN: remote.PSN, SQPSN: q.psn, Timeout: opts.Timeout,
+		RetryCnt: opts.RetryCnt, RNRRetry: opts.RNRRetry, MinRNRTimer: opts.MinRNRTimer, RdAtomic: opts.RdAtomic})
+	if err == nil && q.typ != UD {
+		peer := netip.AddrPortFrom(remote.GID.Addr(), q.dev.cfg.Port)
+		q.peer.Store(&peer)
 	}
-	for _, s := range steps {
-		if err := q.Modify(&s.a, s.mask); err != nil {
-			return err
-		}
+	q.mu.Unlock()
+	if err == nil {
+		q.shard.markReady(q)
 	}
-	return nil
+	return err
 }
 
 // Direction says whether a traced packet was sent or received.

@@ -122,28 +122,9 @@ func newLink(t testing.TB, o pairOpts) *link {
 // connect brings q to RTS the way ibv_rc_pingpong does.
 func connect(t testing.TB, now time.Time, q *QP, dest wire.QPN, o pairOpts, sqPSN, rqPSN wire.PSN) {
 	t.Helper()
-	a := Attr{State: StateInit, AccessFlags: o.access, QKey: 0x1111}
-	mask := AttrState | AttrAccessFlags
-	if q.Type() == UD {
-		mask = AttrState | AttrQKey
-	}
-	must(t, q.Modify(now, &a, mask))
-	a = Attr{State: StateRTR, PathMTU: o.mtu, DestQPN: dest, RQPSN: rqPSN, MaxDestRdAtomic: o.rdAtomic, MinRNRTimer: o.minRNR}
-	switch q.Type() {
-	case RC:
-		mask = AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer
-	case UC:
-		mask = AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN
-	case UD:
-		mask = AttrState
-	}
-	must(t, q.Modify(now, &a, mask))
-	a = Attr{State: StateRTS, SQPSN: sqPSN, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnr, MaxRdAtomic: o.rdAtomic}
-	mask = AttrState | AttrSQPSN
-	if q.Type() == RC {
-		mask |= AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic
-	}
-	must(t, q.Modify(now, &a, mask))
+	must(t, q.Connect(now, &ConnectParams{AccessFlags: o.access, QKey: 0x1111, PathMTU: o.mtu, DestQPN: dest,
+		RQPSN: rqPSN, SQPSN: sqPSN, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnr,
+		MinRNRTimer: o.minRNR, RdAtomic: o.rdAtomic}))
 }
 
 func must(t testing.TB, err error) {

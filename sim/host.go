@@ -251,20 +251,9 @@ func (h *Host) newEndpoint(o QPOptions) (*Endpoint, error) {
 }
 
 func connectQP(now Time, q *qp.QP, dest wire.QPN, o *QPOptions, sq, rq wire.PSN) error {
-	t := engineTime(now)
-	a := qp.Attr{State: qp.StateInit, AccessFlags: o.Access}
-	if err := q.Modify(t, &a, qp.AttrState|qp.AttrAccessFlags); err != nil {
-		return err
-	}
-	a = qp.Attr{State: qp.StateRTR, PathMTU: o.MTU, DestQPN: dest, RQPSN: rq, MaxDestRdAtomic: o.RdAtomic,
-		MinRNRTimer: o.MinRNRTimer}
-	if err := q.Modify(t, &a, qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN|
-		qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer); err != nil {
-		return err
-	}
-	a = qp.Attr{State: qp.StateRTS, SQPSN: sq, Timeout: o.Timeout, RetryCnt: o.RetryCnt, RNRRetry: o.RNRRetry,
-		MaxRdAtomic: o.RdAtomic}
-	return q.Modify(t, &a, qp.AttrState|qp.AttrSQPSN|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|qp.AttrMaxQPRdAtomic)
+	return q.Connect(engineTime(now), &qp.ConnectParams{AccessFlags: o.Access, PathMTU: o.MTU, DestQPN: dest,
+		RQPSN: rq, SQPSN: sq, Timeout: o.Timeout, RetryCnt: o.RetryCnt, RNRRetry: o.RNRRetry,
+		MinRNRTimer: o.MinRNRTimer, RdAtomic: o.RdAtomic})
 }
 
 // PostSend posts a send work request at the current virtual time and lets the NIC send it.
