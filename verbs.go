@@ -485,12 +485,10 @@ func (q *QP) shutdown() {
 		q.mu.Lock()
 		q.eng.ReleaseAcks()
 		q.mu.Unlock()
-		if !d.closing.Load() {
-			tb := d.getTxBatch()
-			d.pump(q, tb)
-			d.flush(tb)
-			d.putTxBatch(tb)
-		}
+		tb := d.getTxBatch() // the socket is still open, also when the whole device is closing
+		d.pump(q, tb)
+		d.flush(tb)
+		d.putTxBatch(tb)
 		d.qps.Delete(q.qpn)
 		d.nqps.Add(-1)
 		q.mu.Lock()

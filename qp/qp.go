@@ -48,6 +48,9 @@ type Config struct {
 	MaxInlineData int
 	SigAll        bool  // every send work request completes, signaled or not (sq_sig_all)
 	Pacer         Pacer // optional rate control of the requester; nil sends as fast as the window allows
+	// PortMTU is the largest payload of a UD datagram: the port's MTU, as rxe uses its port's MTU for
+	// UD QPs, which have no path MTU. MTU4096 unless set.
+	PortMTU wire.MTU
 	// AckDelay lets a plain ACK wait up to this long for company: it leaves at once when another
 	// response or a request of this QP is to be sent, else when the delay ends. The peer then gets the
 	// ACK and, say, the reply to its SEND in one go. Zero sends ACKs at once, as rxe does. IBTA Vol 1
@@ -97,6 +100,12 @@ func New(cfg Config) (*QP, error) {
 	}
 	if cfg.SRQ == nil {
 		q.rq = newRecvRing(cfg.MaxRecvWR, cfg.MaxRecvSGE)
+	}
+	if !q.cfg.PortMTU.Valid() {
+		q.cfg.PortMTU = wire.MTU4096
+	}
+	if q.typ == UD {
+		q.mtu = q.cfg.PortMTU.Bytes()
 	}
 	q.rsp.init(q)
 	return q, nil
@@ -199,6 +208,9 @@ func (q *QP) reset() {
 	q.rsp.reset()
 	q.attr = Attr{PKey: wire.DefaultPKey, PathMTU: wire.MTU256}
 	q.mtu = wire.MTU256.Bytes()
+	if q.typ == UD {
+		q.mtu = q.cfg.PortMTU.Bytes()
+	}
 }
 
 // enterError moves the QP to ERR and flushes it: the error path of every engine.

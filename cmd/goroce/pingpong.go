@@ -19,7 +19,7 @@ import (
 )
 
 func init() {
-	register(command{"pingpong", "a peer for ibv_rc_pingpong and ibv_uc_pingpong: same flags, TCP exchange and output", runPingpong})
+	register(command{"pingpong", "a peer for ibv_rc_pingpong, ibv_uc_pingpong and ibv_ud_pingpong: same flags, TCP exchange and output", runPingpong})
 }
 
 // The work request IDs of rc_pingpong: a receive and a send. The pending mask is made of them.
@@ -37,6 +37,13 @@ const pingpongDone = "done\x00"
 
 // pingpongFill is the byte rc_pingpong fills its buffer with.
 const pingpongFill = 0x7b
+
+// ud_pingpong's constants: every datagram's Q_Key, and the room at the start of each receive buffer for
+// the GRH (IBTA Annex A17.4.5.2), which sends skip too.
+const (
+	pingpongUDQKey = 0x11111111
+	pingpongGRH    = 40
+)
 
 type pingpongOptions struct {
 	host    string // server to connect to; empty: be the server
@@ -83,7 +90,7 @@ func runPingpong(args []string) error {
 	fs.BoolVar(&o.chk, "chk", false, "validate received buffer")
 	fs.StringVar(&o.addr, "a", "", "local IP address of the goroce device (default: the address the TCP exchange uses)")
 	fs.StringVar(&o.addr, "addr", "", "local IP address of the goroce device")
-	fs.StringVar(&qpType, "qp-type", "rc", "rc (ibv_rc_pingpong) or uc (ibv_uc_pingpong)")
+	fs.StringVar(&qpType, "qp-type", "rc", "rc (ibv_rc_pingpong), uc (ibv_uc_pingpong) or ud (ibv_ud_pingpong)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "give up after this long (0: never, like rc_pingpong)")
 	fs.Usage = func() {
 		w := fs.Output()
@@ -116,17 +123,27 @@ func runPingpong(args []string) error {
 		fs.Usage()
 		return errUsage
 	}
+	if _, ok := wire.MTUFromBytes(o.mtu); !ok {
+		fs.Usage()
+		return errUsage
+	}
+	sizeSet := false
+	fs.Visit(func(f *flag.Flag) { sizeSet = sizeSet || f.Name == "s" || f.Name == "size" })
 	switch strings.ToLower(qpType) {
 	case "rc":
 		o.qpType = goroce.RC
 	case "uc":
 		o.qpType = goroce.UC
+	case "ud":
+		o.qpType = goroce.UD
+		if !sizeSet {
+			o.size = 2048 // ud_pingpong's default: one datagram, no larger than the MTU
+		}
+		if o.size > o.mtu {
+			return fmt.Errorf("-s %d: a UD datagram must fit the %d-byte path MTU", o.size, o.mtu)
+		}
 	default:
-		return fmt.Errorf("-qp-type %q: rc or uc", qpType)
-	}
-	if _, ok := wire.MTUFromBytes(o.mtu); !ok {
-		fs.Usage()
-		return errUsage
+		return fmt.Errorf("-qp-type %q: rc, uc or ud", qpType)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -180,6 +197,11 @@ func (d pingpongDest) line(which string) string {
 	return fmt.Sprintf("  %s LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s", which, d.lid, uint32(d.qpn), uint32(d.psn), gidText(d.gid))
 }
 
+// udLocalLine is ud_pingpong's local address line, which has a colon where the others have a comma.
+func (d pingpongDest) udLocalLine() string {
+	return fmt.Sprintf("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x: GID %s", d.lid, uint32(d.qpn), uint32(d.psn), gidText(d.gid))
+}
+
 // pingpongCtx is the verbs objects of one run, as rc_pingpong's struct pingpong_context.
 type pingpongCtx struct {
 	dev  *goroce.Device
@@ -188,10 +210,13 @@ type pingpongCtx struct {
 	cq   *goroce.CQ
 	qp   *goroce.QP
 	size int
+	ud   bool
+	ah   *goroce.AddressHandle // UD: the peer
+	peer wire.QPN              // UD: the peer's QPN
 }
 
 func newPingpongCtx(addr netip.Addr, o pingpongOptions) (*pingpongCtx, error) {
-	c := &pingpongCtx{size: o.size}
+	c := &pingpongCtx{size: o.size, ud: o.qpType == goroce.UD}
 	var err error
 	if c.dev, err = goroce.Open(goroce.Config{Addr: addr}); err != nil {
 		return nil, err
@@ -203,7 +228,11 @@ func newPingpongCtx(addr netip.Addr, o pingpongOptions) (*pingpongCtx, error) {
 	if c.pd, err = c.dev.AllocPD(); err != nil {
 		return fail(err)
 	}
-	if c.mr, err = c.pd.AllocMR(o.size, goroce.LocalWrite); err != nil {
+	bufLen := o.size
+	if c.ud {
+		bufLen += pingpongGRH
+	}
+	if c.mr, err = c.pd.AllocMR(bufLen, goroce.LocalWrite); err != nil {
 		return fail(err)
 	}
 	buf := c.mr.Bytes()
@@ -222,8 +251,12 @@ func newPingpongCtx(addr netip.Addr, o pingpongOptions) (*pingpongCtx, error) {
 }
 
 func (c *pingpongCtx) postRecv(n int) int {
+	sge := c.mr.SGE(0, c.size)
+	if c.ud {
+		sge = c.mr.SGE(0, c.size+pingpongGRH)
+	}
 	for i := 0; i < n; i++ {
-		if c.qp.PostRecv(&goroce.RecvWR{ID: pingpongRecvWRID, SGL: []goroce.SGE{c.mr.SGE(0, c.size)}}) != nil {
+		if c.qp.PostRecv(&goroce.RecvWR{ID: pingpongRecvWRID, SGL: []goroce.SGE{sge}}) != nil {
 			return i
 		}
 	}
@@ -231,6 +264,10 @@ func (c *pingpongCtx) postRecv(n int) int {
 }
 
 func (c *pingpongCtx) postSend() error {
+	if c.ud {
+		return c.qp.PostSend(&goroce.SendWR{ID: pingpongSendWRID, Opcode: goroce.WRSend, Flags: goroce.Signaled,
+			SGL: []goroce.SGE{c.mr.SGE(pingpongGRH, c.size)}, AH: c.ah, RemoteQPN: c.peer, RemoteQKey: pingpongUDQKey})
+	}
 	return c.qp.PostSend(&goroce.SendWR{ID: pingpongSendWRID, Opcode: goroce.WRSend, Flags: goroce.Signaled,
 		SGL: []goroce.SGE{c.mr.SGE(0, c.size)}})
 }
@@ -239,11 +276,6 @@ func (c *pingpongCtx) local() pingpongDest {
 	i := c.qp.Info()
 	return pingpongDest{qpn: i.QPN, psn: i.PSN, gid: i.GID}
 }
-
-// pingpongAckLinger is how long a side keeps its device open after its last completion, so that the
-// ACK of the peer's last SEND, which this side's device generates after the receive completion, is on
-// the wire before the QP is destroyed. rc_pingpong needs no such wait: its NIC acknowledges on its own.
-const pingpongAckLinger = 100 * time.Millisecond
 
 // pingpong runs rc_pingpong's algorithm: both sides keep rx_depth receives posted; the client sends
 // first; each side sends its next message once its previous send and a receive have completed; an
@@ -269,13 +301,17 @@ func pingpong(ctx context.Context, w, ew io.Writer, o pingpongOptions) error {
 		if c, err = newPingpongCtx(addr, o); err != nil {
 			return err
 		}
-		if o.host != "" && o.chk {
+		if o.host != "" && o.chk && !c.ud {
 			buf := c.mr.Bytes()
 			for i := 0; i < len(buf); i += pageSize {
 				buf[i] = byte(i / pageSize % 1) // rc_pingpong's pattern: i / page_size % sizeof(char)
 			}
 		}
-		fmt.Fprintln(w, c.local().line("local address: "))
+		if c.ud {
+			fmt.Fprintln(w, c.local().udLocalLine())
+		} else {
+			fmt.Fprintln(w, c.local().line("local address: "))
+		}
 		return nil
 	}
 	// The server listens before it prints its address, so that a client started after that line
@@ -336,8 +372,11 @@ func pingpong(ctx context.Context, w, ew io.Writer, o pingpongOptions) error {
 			peer.GID = goroce.GIDFromAddr(tcpPeer)
 		}
 		mtu, _ := wire.MTUFromBytes(o.mtu)
-		if err := c.qp.Connect(peer, goroce.ConnectOptions{MTU: mtu, RdAtomic: 1}); err != nil {
+		if err := c.qp.Connect(peer, goroce.ConnectOptions{MTU: mtu, RdAtomic: 1, QKey: pingpongUDQKey}); err != nil {
 			return fmt.Errorf("failed to modify QP to RTS: %v", err)
+		}
+		if c.ud {
+			c.ah, c.peer = goroce.AH(peer.GID.Addr()), rem.qpn
 		}
 		if n := c.postRecv(o.rxDepth); n < o.rxDepth {
 			return fmt.Errorf("couldn't post receive (%d)", n)
@@ -424,7 +463,7 @@ func pingpong(ctx context.Context, w, ew io.Writer, o pingpongOptions) error {
 	fmt.Fprintf(w, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec/1e6, float64(bytes)*8/usec)
 	fmt.Fprintf(w, "%d iters in %.2f seconds = %.2f usec/iter\n", o.iters, usec/1e6, usec/float64(o.iters))
 	var bad error
-	if o.chk {
+	if o.chk && !c.ud {
 		// Both sides send from and receive into one buffer, so after the run each holds the client's
 		// pattern: the fill byte everywhere but a 0 at the start of each page. rc_pingpong checks the
 		// first byte of each page on the server; goroce checks every byte, on both sides.
@@ -443,6 +482,7 @@ func pingpong(ctx context.Context, w, ew io.Writer, o pingpongOptions) error {
 			}
 		}
 	}
-	time.Sleep(pingpongAckLinger)
+	// Closing the device (deferred above) first sends the ACK of the peer's last message, which the
+	// device may still be holding back for company (Config.AckDelay).
 	return bad
 }

@@ -26,7 +26,7 @@ func freeTCPPort(t *testing.T) int {
 }
 
 var (
-	ppLocal  = regexp.MustCompile(`(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:127\.0\.77\.\d$`)
+	ppLocal  = regexp.MustCompile(`(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}[,:] GID ::ffff:127\.0\.77\.\d$`)
 	ppRemote = regexp.MustCompile(`(?m)^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:127\.0\.77\.\d$`)
 	ppBytes  = regexp.MustCompile(`(?m)^(\d+) bytes in \d+\.\d\d seconds = \d+\.\d\d Mbit/sec$`)
 	ppIters  = regexp.MustCompile(`(?m)^(\d+) iters in \d+\.\d\d seconds = \d+\.\d\d usec/iter$`)
@@ -90,6 +90,8 @@ func TestPingpongLoopback(t *testing.T) {
 		{"multipage-mtu4096-chk", 3*4096 + 100, 4096, 100, goroce.RC, true},
 		{"64KiB-mtu1024", 65536, 1024, 50, goroce.RC, true},
 		{"UC-4KiB", 4096, 1024, 200, goroce.UC, true},
+		{"UD-1KiB", 1024, 1024, 200, goroce.UD, false},
+		{"UD-2KiB-mtu2048", 2048, 2048, 200, goroce.UD, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := pingpongOptions{size: tc.size, mtu: tc.mtu, iters: tc.iters, rxDepth: 500, qpType: tc.typ, chk: tc.chk}
