@@ -17,7 +17,7 @@ import (
 )
 
 func init() {
-	register(command{"perf", "measure goroce against the raw UDP path it is built on (perf loopback)", runPerf})
+	register(command{"perf", "measure goroce: against raw UDP (perf loopback), or as a perftest peer (perf write_bw, read_lat, ...)", runPerf})
 }
 
 type perfOptions struct {
@@ -30,8 +30,14 @@ type perfOptions struct {
 }
 
 func runPerf(args []string) error {
+	if len(args) > 0 {
+		if t := findPerftest(args[0]); t != nil {
+			return runPerftest(t, args[1:])
+		}
+	}
 	if len(args) == 0 || args[0] != "loopback" {
 		fmt.Fprintln(os.Stderr, "usage: goroce perf loopback [-d duration] [-msg bytes] [-depth n] [-pings n] [-idle-qps n] [-only write|pingpong|idle]")
+		perftestUsage(os.Stderr)
 		return errUsage
 	}
 	fs := flag.NewFlagSet("perf loopback", flag.ContinueOnError)
