@@ -558,3 +558,37 @@ func TestCloseSendsPendingAck(t *testing.T) {
 		t.Fatalf("the requester retransmitted: %+v", c)
 	}
 }
+
+// A QP's traffic class goes into the TOS byte of every packet it sends, as grh.traffic_class does.
+func TestTrafficClass(t *testing.T) {
+	mem := conn.NewMemNetwork()
+	var mu sync.Mutex
+	seen := map[uint8]int{}
+	mem.SetFilter(func(m *conn.Message, from netip.AddrPort) conn.Verdict {
+		mu.Lock()
+		seen[m.TOS]++
+		mu.Unlock()
+		return conn.Verdict{}
+	})
+	a, b := newDevices(t, mem, nil)
+	p := &testPair{a: a, b: b}
+	p.pda, _ = a.AllocPD()
+	p.pdb, _ = b.AllocPD()
+	p.cqa, _ = a.CreateCQ(16)
+	p.cqb, _ = b.CreateCQ(16)
+	var err error
+	p.qa, err = p.pda.CreateQP(QPInit{Type: RC, SendCQ: p.cqa, RecvCQ: p.cqa, TrafficClass: 0xb8}) // DSCP 46 (EF)
+	must(t, err)
+	p.qb, err = p.pdb.CreateQP(QPInit{Type: RC, SendCQ: p.cqb, RecvCQ: p.cqb})
+	must(t, err)
+	must(t, p.qa.Connect(p.qb.Info(), ConnectOptions{}))
+	must(t, p.qb.Connect(p.qa.Info(), ConnectOptions{}))
+	must(t, p.qb.PostRecv(&RecvWR{ID: 1}))
+	must(t, p.qa.PostSend(&SendWR{ID: 1, Opcode: WRSend, Flags: Signaled}))
+	wait(t, p.cqa, 1)
+	mu.Lock()
+	defer mu.Unlock()
+	if seen[0xb8] != 1 || seen[0] != 1 || len(seen) != 2 {
+		t.Fatalf("TOS bytes seen: %v; want one 0xb8 (A's SEND) and one 0 (B's ACK)", seen)
+	}
+}
