@@ -47,6 +47,8 @@ var perftestCases = []perftestCase{
 	{test: "read_lat", flags: "-m 1024", size: 8192, iters: 50},
 	{test: "send_lat", flags: "-m 1024", size: 64, iters: 100},
 	{test: "send_lat", flags: "-m 4096", size: 8192, iters: 50},
+	{test: "write_lat", flags: "-m 1024", size: 64, iters: 50},
+	{test: "write_lat", flags: "-m 4096", size: 8192, iters: 30},
 }
 
 var (
@@ -93,7 +95,7 @@ func checkPerftest(t *testing.T, c perftestCase, client, clientOut, server, serv
 		if sl != "" {
 			t.Errorf("%s (server) printed a result line; ib_read_lat's server does not:\n%s", server, serverOut)
 		}
-	case "send_lat", "send_bw":
+	case "send_lat", "send_bw", "write_lat":
 		if sl == "" {
 			t.Errorf("%s (server) printed no result line:\n%s", server, serverOut)
 		}

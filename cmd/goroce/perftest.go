@@ -60,6 +60,8 @@ var perftestTests = []perftestTest{
 	{name: "send_bw", verb: perftestSend, pre: 3, perSize: true, close: true},
 	{name: "read_lat", verb: perftestRead, lat: true, pre: 4, close: true, all: true},
 	{name: "send_lat", verb: perftestSend, lat: true, pre: 3, perSize: true, close: true, all: true},
+	// ib_write_lat 6.06 closes the TCP connection after the traffic without a last handshake.
+	{name: "write_lat", verb: perftestWrite, lat: true, pre: 4, all: true},
 }
 
 func findPerftest(name string) *perftestTest {

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/goroce/goroce"
 )
@@ -251,6 +254,9 @@ func (p *perftestPeer) latency(ctx context.Context, size int, client bool) ([]ti
 		}
 		return samples, nil
 	}
+	if p.t.verb == perftestWrite {
+		return p.writeLatency(ctx, size, client)
+	}
 	wr.Opcode = goroce.WRSend
 	tstamp := make([]time.Time, 0, iters)
 	scnt, rcnt, ccnt := 0, 0, 0
@@ -304,6 +310,58 @@ func (p *perftestPeer) latency(ctx context.Context, size int, client bool) ([]ti
 	for ccnt < scnt {
 		if err := wait(); err != nil {
 			return nil, err
+		}
+	}
+	samples := make([]time.Duration, 0, len(tstamp))
+	for i := 1; i < len(tstamp); i++ {
+		samples = append(samples, tstamp[i].Sub(tstamp[i-1])/2)
+	}
+	return samples, nil
+}
+
+// writeLatency is ib_write_lat's ping-pong: each side WRITEs size bytes into the peer's buffer, the
+// last byte numbering the iteration, and waits until the peer's WRITE has put the next number into the
+// last byte of its own buffer. There is no completion on the target side: like perftest, this side
+// polls memory the device writes from its receive goroutine. In ib_write_lat 6.06 the server writes
+// first (seen on the wire between two rxe guests), unlike send_lat, where the client does.
+func (p *perftestPeer) writeLatency(ctx context.Context, size int, client bool) ([]time.Duration, error) {
+	iters := p.o.iters
+	wcs := make([]goroce.Completion, 4)
+	wr := goroce.SendWR{Opcode: goroce.WRWrite, Flags: goroce.Signaled, SGL: []goroce.SGE{p.mr.SGE(0, size)}, RemoteAddr: p.rem.vaddr, RKey: p.rem.rkey}
+	buf := p.mr.Bytes()
+	postBuf := &buf[size-1]
+	pollAt := p.maxSize + size - 1
+	// The word holding the polled byte, read atomically so that the loop sees the device's write.
+	word := (*uint32)(unsafe.Pointer(&buf[pollAt&^3]))
+	shift := 8 * uint(pollAt&3) // little-endian hosts
+	tstamp := make([]time.Time, 0, iters)
+	for scnt, rcnt := 0, 0; scnt < iters || rcnt < iters; {
+		if rcnt < iters && !(!client && scnt < 1) {
+			rcnt++
+			for spins := 0; byte(atomic.LoadUint32(word)>>shift) != byte(rcnt); spins++ {
+				if spins%1024 == 1023 {
+					if err := ctx.Err(); err != nil {
+						return nil, fmt.Errorf("waiting for the peer's WRITE %d: %v", rcnt, err)
+					}
+				}
+				runtime.Gosched()
+			}
+		}
+		if scnt < iters {
+			tstamp = append(tstamp, time.Now())
+			scnt++
+			*postBuf = byte(scnt)
+			wr.ID = uint64(scnt)
+			if err := p.qp.PostSend(&wr); err != nil {
+				return nil, fmt.Errorf("couldn't post send: %v", err)
+			}
+			n, err := p.cq.Wait(ctx, wcs[:1])
+			if err != nil {
+				return nil, fmt.Errorf("poll CQ failed: %v (%d sent)", err, scnt)
+			}
+			if n != 1 || wcs[0].Status != goroce.StatusSuccess {
+				return nil, fmt.Errorf("completion with error: %v (%d)", wcs[0].Status, int(wcs[0].Status))
+			}
 		}
 	}
 	samples := make([]time.Duration, 0, len(tstamp))
