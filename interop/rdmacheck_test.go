@@ -1,0 +1,158 @@
+//go:build interop
+
+package interop
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/interop/lab"
+)
+
+// rdmacheck checks the data of the verbs the pingpong and perftest tests do not: SEND with immediate,
+// RDMA WRITE, RDMA WRITE with immediate and RDMA READ of 1 B, 4 KiB, 64 KiB and 1 MiB, fetch-and-add
+// and compare-and-swap; each side checks every byte it receives or finds written into its memory, the
+// immediates and byte counts of its receive completions, and the atomics' original values and final
+// memory. rdmacheck.c runs in the guest on rxe, its Go mirror (rdmacheck_peer_test.go) on goroce.
+
+// rdmacheckGuestPath is where the tests put rdmacheck in the guest.
+const rdmacheckGuestPath = "/tmp/rdmacheck"
+
+// installRdmacheck builds interop/rdmacheck/rdmacheck.c with the host's gcc and copies it into the
+// guest. Without gcc or libibverbs-dev it skips the test, or fails it when CI is set.
+func installRdmacheck(t *testing.T, g *lab.Guest) {
+	t.Helper()
+	_, gccErr := exec.LookPath("gcc")
+	_, hdrErr := os.Stat("/usr/include/infiniband/verbs.h")
+	if gccErr != nil || hdrErr != nil {
+		msg := "rdmacheck needs gcc and libibverbs-dev on the host: apt-get install gcc libibverbs-dev"
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s (CI is set, so this is a failure)", msg)
+		}
+		t.Skip(msg)
+	}
+	bin := filepath.Join(t.TempDir(), "rdmacheck")
+	if out, err := exec.Command("gcc", "-O2", "-Wall", "-o", bin, "rdmacheck/rdmacheck.c", "-libverbs").CombinedOutput(); err != nil {
+		t.Fatalf("building rdmacheck: %v\n%s", err, out)
+	}
+	f, err := os.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out lockedBuffer
+	if err := g.ExecIO(ctx, "cat > "+rdmacheckGuestPath+" && chmod +x "+rdmacheckGuestPath, f, &out); err != nil {
+		t.Fatalf("copying rdmacheck into vm%d: %v\n%s", g.N, err, out.String())
+	}
+}
+
+// rdmacheckPeer starts the goroce side in the namespace: the test binary itself, with rdmacheckEnv
+// set. conns are "client:PORT:IP" or "server:PORT"; it returns once every server listens.
+func rdmacheckPeer(ctx context.Context, t *testing.T, flags []string, conns ...string) (out *lockedBuffer, wait func() error) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := lab.NSCommand(ctx, self, append(flags, conns...)...)
+	cmd.Env = append(os.Environ(), rdmacheckEnv+"=1")
+	out = &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	for _, c := range conns {
+		role, rest, _ := strings.Cut(c, ":")
+		if role != "server" {
+			continue
+		}
+		for !strings.Contains(out.String(), "rdmacheck["+rest+"]: listening") {
+			select {
+			case err := <-waited:
+				t.Fatalf("goroce rdmacheck peer ended before listening: %v\n%s", err, out.String())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return out, func() error { return <-waited }
+}
+
+// checkRdmacheck checks one side's verdict: exit status, no mismatch, and the number of checks.
+func checkRdmacheck(t *testing.T, who, out string, err error, passed string) {
+	t.Helper()
+	if err != nil {
+		t.Errorf("%s: %v", who, err)
+	}
+	if strings.Contains(out, "FAIL") || !strings.Contains(out, passed) {
+		t.Errorf("%s does not report %q:\n%s", who, passed, out)
+	}
+}
+
+// rdmacheckChecks is how many checks a run makes with messages up to maxSize: four verbs per size,
+// three atomics.
+func rdmacheckChecks(maxSize int) int {
+	n := 3
+	for _, s := range []int{1, 4096, 65536, 1 << 20} {
+		if s <= maxSize {
+			n += 4
+		}
+	}
+	return n
+}
+
+// TestRdmacheck runs rdmacheck against goroce in both roles at path MTU 1024 and 4096, all sizes:
+// goroce as the requester of every verb against rxe's responder, then the other way round.
+func TestRdmacheck(t *testing.T) {
+	_, gs := lab.Start(t, 1)
+	g := gs[0]
+	installRdmacheck(t, g)
+	port := 19015
+	for _, role := range []string{"goroce-client", "goroce-server"} {
+		for _, mtu := range []int{1024, 4096} {
+			port++
+			t.Run(fmt.Sprintf("%s-m%d", role, mtu), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				flags := []string{"-m", strconv.Itoa(mtu)}
+				tool := fmt.Sprintf("timeout 90 %s -g 1 -m %d -p %d", rdmacheckGuestPath, mtu, port)
+				var gout, rout string
+				var gerr, rerr error
+				if role == "goroce-client" {
+					done := make(chan struct{})
+					go func() {
+						rout, rerr = g.Exec(ctx, tool)
+						close(done)
+					}()
+					if err := waitListen(ctx, g, port); err != nil {
+						t.Fatalf("rdmacheck does not listen: %v", err)
+					}
+					out, wait := rdmacheckPeer(ctx, t, flags, fmt.Sprintf("client:%d:%s", port, g.IP))
+					gerr = wait()
+					gout = out.String()
+					<-done
+				} else {
+					out, wait := rdmacheckPeer(ctx, t, flags, fmt.Sprintf("server:%d", port))
+					rout, rerr = g.Exec(ctx, tool+" "+lab.HostIP)
+					gerr = wait()
+					gout = out.String()
+				}
+				t.Logf("goroce:\n%s", gout)
+				t.Logf("rdmacheck (vm%d):\n%s", g.N, rout)
+				n := rdmacheckChecks(1 << 20)
+				checkRdmacheck(t, "goroce", gout, gerr, fmt.Sprintf("rdmacheck[%d]: %d checks passed", port, n))
+				checkRdmacheck(t, "rdmacheck", rout, rerr, fmt.Sprintf("rdmacheck: %d checks passed", n))
+			})
+		}
+	}
+}
