@@ -298,8 +298,10 @@ func (c *checkConn) runClient(maxSize int) (int, error) {
 }
 
 // runCheckConn runs one connection: as the client of the rdmacheck server at peer (port in its
-// address), or as a server on port if peer is empty.
-func runCheckConn(dev *goroce.Device, mtu wire.MTU, maxSize int, port int, peer string, log func(string, ...any)) (n int, err error) {
+// address), or as a server on port if peer is empty. It calls ready once its QP is connected and
+// returns when that returns, so that connections can be made to run their checks at the same time.
+func runCheckConn(dev *goroce.Device, mtu wire.MTU, maxSize int, port int, peer string, log func(string, ...any), ready func()) (n int, err error) {
+	defer ready()
 	var tcp net.Conn
 	if peer != "" {
 		addr := net.JoinHostPort(peer, strconv.Itoa(port))
@@ -361,6 +363,7 @@ func runCheckConn(dev *goroce.Device, mtu wire.MTU, maxSize int, port int, peer 
 	if err := c.qp.Connect(remote, goroce.ConnectOptions{MTU: mtu}); err != nil {
 		return 0, err
 	}
+	ready()
 	// Both sides are in RTS before the first command.
 	if _, err := tcp.Write([]byte{'r'}); err != nil {
 		return 0, err
@@ -376,7 +379,8 @@ func runCheckConn(dev *goroce.Device, mtu wire.MTU, maxSize int, port int, peer 
 
 // rdmacheckPeerMain is the goroce peer's main: flags -m (path MTU) and -z (largest message), then one
 // argument per connection, "client:PORT:IP" or "server:PORT". It prints rdmacheck's lines, prefixed
-// with the port, and exits non-zero if any connection fails.
+// with the port, and exits non-zero if any connection fails. The connections start their checks
+// together, once all of them are connected (or have failed).
 func rdmacheckPeerMain(args []string) int {
 	fs := flag.NewFlagSet("rdmacheck-peer", flag.ContinueOnError)
 	mtuBytes := fs.Int("m", 1024, "path MTU")
@@ -399,7 +403,9 @@ func rdmacheckPeerMain(args []string) int {
 		wg     sync.WaitGroup
 		mu     sync.Mutex
 		failed bool
+		ready  sync.WaitGroup // connections not yet connected
 	)
+	ready.Add(fs.NArg())
 	for _, spec := range fs.Args() {
 		role, rest, _ := strings.Cut(spec, ":")
 		portStr, peer, _ := strings.Cut(rest, ":")
@@ -413,8 +419,9 @@ func rdmacheckPeerMain(args []string) int {
 			defer mu.Unlock()
 			fmt.Printf("rdmacheck[%d]: %s\n", port, fmt.Sprintf(format, args...))
 		}
+		connected := sync.OnceFunc(ready.Done)
 		wg.Go(func() {
-			n, err := runCheckConn(dev, mtu, *maxSize, port, peer, log)
+			n, err := runCheckConn(dev, mtu, *maxSize, port, peer, log, func() { connected(); ready.Wait() })
 			if err != nil {
 				log("FAIL: %v", err)
 				mu.Lock()

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -154,5 +155,49 @@ func TestRdmacheck(t *testing.T) {
 				checkRdmacheck(t, "rdmacheck", rout, rerr, fmt.Sprintf("rdmacheck: %d checks passed", n))
 			})
 		}
+	}
+}
+
+// TestRdmacheckQPs runs four rdmacheck connections at the same time, each with its own QP on one
+// goroce device and its own rxe process: two with goroce as the client, two with goroce serving. The
+// goroce side starts the checks of all four together, once all are connected.
+func TestRdmacheckQPs(t *testing.T) {
+	_, gs := lab.Start(t, 1)
+	g := gs[0]
+	installRdmacheck(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const maxSize = 1 << 20
+	ports := []int{19031, 19032, 19033, 19034}
+	tool := func(port int) string {
+		return fmt.Sprintf("timeout 90 %s -g 1 -m 1024 -z %d -p %d", rdmacheckGuestPath, maxSize, port)
+	}
+	rout := make([]string, len(ports))
+	rerr := make([]error, len(ports))
+	var wg sync.WaitGroup
+	// rxe serves the first two connections, goroce the other two.
+	for i, p := range ports[:2] {
+		wg.Go(func() { rout[i], rerr[i] = g.Exec(ctx, tool(p)) })
+		if err := waitListen(ctx, g, p); err != nil {
+			t.Fatalf("rdmacheck does not listen on %d: %v", p, err)
+		}
+	}
+	out, wait := rdmacheckPeer(ctx, t, []string{"-m", "1024", "-z", strconv.Itoa(maxSize)},
+		fmt.Sprintf("client:%d:%s", ports[0], g.IP), fmt.Sprintf("client:%d:%s", ports[1], g.IP),
+		fmt.Sprintf("server:%d", ports[2]), fmt.Sprintf("server:%d", ports[3]))
+	for i, p := range ports[2:] {
+		wg.Go(func() { rout[2+i], rerr[2+i] = g.Exec(ctx, tool(p)+" "+lab.HostIP) })
+	}
+	gerr := wait()
+	wg.Wait()
+	t.Logf("goroce:\n%s", out.String())
+	n := rdmacheckChecks(maxSize)
+	for i, p := range ports {
+		t.Logf("rdmacheck port %d (vm%d):\n%s", p, g.N, rout[i])
+		checkRdmacheck(t, fmt.Sprintf("rdmacheck port %d", p), rout[i], rerr[i], fmt.Sprintf("rdmacheck: %d checks passed", n))
+		checkRdmacheck(t, "goroce", out.String(), nil, fmt.Sprintf("rdmacheck[%d]: %d checks passed", p, n))
+	}
+	if gerr != nil {
+		t.Errorf("goroce: %v", gerr)
 	}
 }
