@@ -69,7 +69,8 @@ func (l *lockedBuffer) String() string {
 func pingpongLines(localIP, remoteIP string) []*regexp.Regexp {
 	q := regexp.QuoteMeta
 	return []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:` + q(localIP) + `$`),
+		// ud_pingpong prints a colon before the GID of its local address; the others a comma.
+		regexp.MustCompile(`(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}[,:] GID ::ffff:` + q(localIP) + `$`),
 		regexp.MustCompile(`(?m)^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:` + q(remoteIP) + `$`),
 		regexp.MustCompile(`(?m)^\d+ bytes in \d+\.\d\d seconds = \d+\.\d\d Mbit/sec$`),
 		regexp.MustCompile(`(?m)^\d+ iters in \d+\.\d\d seconds = \d+\.\d\d usec/iter$`),
@@ -100,32 +101,46 @@ func waitListen(ctx context.Context, g *lab.Guest, port int) error {
 type pingpongCase struct {
 	size, mtu, iters int
 	uc               bool // ibv_uc_pingpong and goroce pingpong -qp-type uc
+	ud               bool // ibv_ud_pingpong and goroce pingpong -qp-type ud
 }
 
 func (c pingpongCase) name() string {
 	n := fmt.Sprintf("s%d-m%d", c.size, c.mtu)
-	if c.uc {
+	switch {
+	case c.uc:
 		n = "uc-" + n
+	case c.ud:
+		n = "ud-" + n
 	}
 	return n
 }
 
-// flags are the flags both programs get; -c makes each check the data it receives.
+// flags are the flags both programs get; -c makes each check the data it receives. ud_pingpong takes
+// neither -m (a datagram is bounded by the port MTU) nor -c.
 func (c pingpongCase) flags() []string {
+	if c.ud {
+		return []string{"-s", strconv.Itoa(c.size), "-n", strconv.Itoa(c.iters)}
+	}
 	return []string{"-s", strconv.Itoa(c.size), "-m", strconv.Itoa(c.mtu), "-n", strconv.Itoa(c.iters), "-c"}
 }
 
 func (c pingpongCase) tool() string {
-	if c.uc {
+	switch {
+	case c.uc:
 		return "ibv_uc_pingpong"
+	case c.ud:
+		return "ibv_ud_pingpong"
 	}
 	return "ibv_rc_pingpong"
 }
 
 func (c pingpongCase) goroceArgs(port int) []string {
 	args := []string{"pingpong", "-g", "1", "-a", lab.HostIP, "-p", strconv.Itoa(port), "-timeout", "90s"}
-	if c.uc {
+	switch {
+	case c.uc:
 		args = append(args, "-qp-type", "uc")
+	case c.ud:
+		args = append(args, "-qp-type", "ud", "-m", strconv.Itoa(c.mtu)) // -m: the size goroce allows
 	}
 	return append(args, c.flags()...)
 }
@@ -139,6 +154,7 @@ var pingpongCases = []pingpongCase{
 	{size: 65536, mtu: 4096, iters: 30},
 	{size: 1 << 20, mtu: 4096, iters: 5},
 	{size: 4096, mtu: 1024, iters: 100, uc: true},
+	{size: 2048, mtu: 4096, iters: 100, ud: true},
 }
 
 // TestPingpongGoroceClient: ibv_rc_pingpong -g 1 serves in the guest, goroce pingpong connects.
