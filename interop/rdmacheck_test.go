@@ -123,39 +123,72 @@ func TestRdmacheck(t *testing.T) {
 		for _, mtu := range []int{1024, 4096} {
 			port++
 			t.Run(fmt.Sprintf("%s-m%d", role, mtu), func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-				defer cancel()
-				flags := []string{"-m", strconv.Itoa(mtu)}
-				tool := fmt.Sprintf("timeout 90 %s -g 1 -m %d -p %d", rdmacheckGuestPath, mtu, port)
-				var gout, rout string
-				var gerr, rerr error
-				if role == "goroce-client" {
-					done := make(chan struct{})
-					go func() {
-						rout, rerr = g.Exec(ctx, tool)
-						close(done)
-					}()
-					if err := waitListen(ctx, g, port); err != nil {
-						t.Fatalf("rdmacheck does not listen: %v", err)
-					}
-					out, wait := rdmacheckPeer(ctx, t, flags, fmt.Sprintf("client:%d:%s", port, g.IP))
-					gerr = wait()
-					gout = out.String()
-					<-done
-				} else {
-					out, wait := rdmacheckPeer(ctx, t, flags, fmt.Sprintf("server:%d", port))
-					rout, rerr = g.Exec(ctx, tool+" "+lab.HostIP)
-					gerr = wait()
-					gout = out.String()
-				}
-				t.Logf("goroce:\n%s", gout)
-				t.Logf("rdmacheck (vm%d):\n%s", g.N, rout)
-				n := rdmacheckChecks(1 << 20)
-				checkRdmacheck(t, "goroce", gout, gerr, fmt.Sprintf("rdmacheck[%d]: %d checks passed", port, n))
-				checkRdmacheck(t, "rdmacheck", rout, rerr, fmt.Sprintf("rdmacheck: %d checks passed", n))
+				runRdmacheck(t, g, role, mtu, port, 90*time.Second)
 			})
 		}
 	}
+}
+
+// TestRdmacheckLoss runs the rdmacheck checks in both roles with 3% of the packets lost each way (netem
+// in the guest, as TestPingpongLoss does): WRITEs, READs, immediates and atomics recover through both
+// sides' retransmission, and every byte still checks. Atomics must still execute exactly once.
+func TestRdmacheckLoss(t *testing.T) {
+	_, gs := lab.Start(t, 1)
+	g := gs[0]
+	installRdmacheck(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if out, err := g.Exec(ctx, fmt.Sprintf(lossScript, 3)); err != nil {
+		t.Fatalf("injecting loss: %v\n%s", err, out)
+	}
+	defer g.Exec(context.Background(), lossOffScript)
+	t.Logf("rxe counters before: %s", rxeCounters(ctx, g))
+	for i, role := range []string{"goroce-client", "goroce-server"} {
+		t.Run(role, func(t *testing.T) {
+			runRdmacheck(t, g, role, 1024, 19041+i, 150*time.Second)
+		})
+	}
+	t.Logf("netem dropped %d sent and %d received packets in the guest; rxe counters after: %s",
+		netemDrops(ctx, t, g, "eth0"), netemDrops(ctx, t, g, "ifb0"), rxeCounters(ctx, g))
+	if netemDrops(ctx, t, g, "eth0")+netemDrops(ctx, t, g, "ifb0") == 0 {
+		t.Fatal("no packet was lost: the test proved nothing")
+	}
+}
+
+// runRdmacheck runs one rdmacheck connection, goroce in role against rdmacheck in guest g, and
+// checks both sides' verdicts.
+func runRdmacheck(t *testing.T, g *lab.Guest, role string, mtu, port int, limit time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit+30*time.Second)
+	defer cancel()
+	flags := []string{"-m", strconv.Itoa(mtu)}
+	tool := fmt.Sprintf("timeout %d %s -g 1 -m %d -p %d", int(limit.Seconds()), rdmacheckGuestPath, mtu, port)
+	var gout, rout string
+	var gerr, rerr error
+	if role == "goroce-client" {
+		done := make(chan struct{})
+		go func() {
+			rout, rerr = g.Exec(ctx, tool)
+			close(done)
+		}()
+		if err := waitListen(ctx, g, port); err != nil {
+			t.Fatalf("rdmacheck does not listen: %v", err)
+		}
+		out, wait := rdmacheckPeer(ctx, t, flags, fmt.Sprintf("client:%d:%s", port, g.IP))
+		gerr = wait()
+		gout = out.String()
+		<-done
+	} else {
+		out, wait := rdmacheckPeer(ctx, t, flags, fmt.Sprintf("server:%d", port))
+		rout, rerr = g.Exec(ctx, tool+" "+lab.HostIP)
+		gerr = wait()
+		gout = out.String()
+	}
+	t.Logf("goroce:\n%s", gout)
+	t.Logf("rdmacheck (vm%d):\n%s", g.N, rout)
+	n := rdmacheckChecks(1 << 20)
+	checkRdmacheck(t, "goroce", gout, gerr, fmt.Sprintf("rdmacheck[%d]: %d checks passed", port, n))
+	checkRdmacheck(t, "rdmacheck", rout, rerr, fmt.Sprintf("rdmacheck: %d checks passed", n))
 }
 
 // TestRdmacheckQPs runs four rdmacheck connections at the same time, each with its own QP on one
