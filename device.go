@@ -118,6 +118,7 @@ type Device struct {
 
 	qps     sync.Map // wire.QPN -> *QP
 	nqps    atomic.Int64
+	woke    atomic.Bool // a CQ woke a waiting goroutine; the receive loop yields to it
 	closing atomic.Bool
 	done    chan struct{}
 	wg      sync.WaitGroup

@@ -3,6 +3,7 @@ package goroce
 import (
 	"errors"
 	"net/netip"
+	"runtime"
 
 	"github.com/goroce/goroce/internal/conn"
 	"github.com/goroce/goroce/qp"
@@ -84,6 +85,13 @@ func (d *Device) rxLoop() {
 				q.rxTouched = true
 				touched = append(touched, q)
 			}
+		}
+		// A completion woke an application goroutine waiting on a CQ: let it run now, before this
+		// loop pumps and polls the socket again. In a request-reply exchange it posts its reply
+		// straight away, which also carries the ACK the engine is holding back (AckDelay), so the
+		// pump below finds nothing to send and no timer to file.
+		if d.woke.Swap(false) {
+			runtime.Gosched()
 		}
 		for _, q := range touched {
 			q.rxTouched = false

@@ -187,6 +187,7 @@ func (d *Device) CreateCQ(n int) (*CQ, error) {
 	}
 	c := &CQ{dev: d, cq: qp.NewCQ(n), notify: make(chan struct{}, 1)}
 	c.cq.SetNotify(func() {
+		d.woke.Store(true)
 		select {
 		case c.notify <- struct{}{}:
 		default:
