@@ -119,6 +119,7 @@ type Device struct {
 	qps     sync.Map // wire.QPN -> *QP
 	nqps    atomic.Int64
 	woke    atomic.Bool // a CQ woke a waiting goroutine; the receive loop yields to it
+	txMu    sync.Mutex  // held from building packets to sending them: packets leave in PSN order
 	closing atomic.Bool
 	done    chan struct{}
 	wg      sync.WaitGroup

@@ -93,11 +93,13 @@ func (d *Device) rxLoop() {
 		if d.woke.Swap(false) {
 			runtime.Gosched()
 		}
+		d.txMu.Lock()
 		for _, q := range touched {
 			q.rxTouched = false
 			d.pump(q, tx)
 		}
 		d.flush(tx)
+		d.txMu.Unlock()
 		clear(touched)
 		touched = touched[:0]
 	}

@@ -21,6 +21,11 @@ import (
 //
 // Like a hardware NIC, then, the engine of a QP is never run by two goroutines at once (its lock
 // serializes them), and nothing waits for a goroutine to wake up on the latency path.
+//
+// Packets must leave in the order their engine built them: a QP's packets built by two goroutines and
+// sent by each in its own batch could overtake one another on the wire, and every overtaken PSN costs
+// a NAK and a go-back-N retransmission. So building and sending happen under the device's txMu, from
+// the first pump to the flush: the socket serializes sends anyway.
 
 // txBatch collects packets for one WriteBatch. Each goroutine that sends has its own.
 type txBatch struct {
@@ -38,8 +43,8 @@ func newTxBatch(size int) *txBatch {
 }
 
 // pump moves q's packets into tb, flushing tb whenever it fills, until the engine has nothing more to
-// send now; then it makes sure q's next deadline is in its shard's timer heap. The caller must not
-// hold q's lock.
+// send now; then it makes sure q's next deadline is in its shard's timer heap. The caller holds
+// d.txMu, from before its first pump to after its flush, and not q's lock.
 func (d *Device) pump(q *QP, tb *txBatch) {
 	q.mu.Lock()
 	if q.closed {
@@ -98,7 +103,7 @@ func (d *Device) seal(pkt []byte, dst netip.AddrPort) {
 	_ = wire.SetICRC(ip[:], udp[:], pkt)
 }
 
-// flush sends tb's packets.
+// flush sends tb's packets. The caller holds d.txMu.
 func (d *Device) flush(tb *txBatch) {
 	if tb.n == 0 {
 		return
@@ -128,6 +133,17 @@ func (d *Device) getTxBatch() *txBatch {
 }
 
 func (d *Device) putTxBatch(tb *txBatch) { txPool.Put(tb) }
+
+// send pumps q and sends what it produced, from the calling goroutine, in order with everything
+// else the device sends.
+func (d *Device) send(q *QP) {
+	tb := d.getTxBatch()
+	d.txMu.Lock()
+	d.pump(q, tb)
+	d.flush(tb)
+	d.txMu.Unlock()
+	d.putTxBatch(tb)
+}
 
 // shard is a goroutine that keeps its QPs' timers: it runs an engine when its deadline comes, and
 // files the deadlines the datapath reports.
@@ -202,11 +218,15 @@ func (s *shard) run() {
 				s.work = append(s.work, q)
 			}
 		}
+		d.txMu.Lock()
 		for _, q := range s.work {
 			d.pump(q, s.tx)
-			s.schedule(q)
 		}
 		d.flush(s.tx)
+		d.txMu.Unlock()
+		for _, q := range s.work {
+			s.schedule(q)
+		}
 		clear(s.work)
 
 		if s.timers.Len() > 0 {
@@ -281,7 +301,9 @@ func (d *Device) sendCNP(it *rxItem, tx *txBatch) {
 		q.mu.Unlock()
 	}
 	if tx.n == len(tx.msgs) {
+		d.txMu.Lock()
 		d.flush(tx)
+		d.txMu.Unlock()
 	}
 	f := wire.Fields{BTH: wire.BTHFields{Opcode: wire.CNP, PKey: wire.DefaultPKey, BECN: true, DestQP: dest}}
 	out, err := wire.Append(tx.bufs[tx.n][:0], &f, nil)

@@ -451,10 +451,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 	q.mu.Unlock()
 	if err == nil {
 		// Ring the doorbell: send what the engine can send now from this goroutine.
-		tb := q.dev.getTxBatch()
-		q.dev.pump(q, tb)
-		q.dev.flush(tb)
-		q.dev.putTxBatch(tb)
+		q.dev.send(q)
 	}
 	return err
 }
@@ -486,10 +483,7 @@ func (q *QP) shutdown() {
 		q.mu.Lock()
 		q.eng.ReleaseAcks()
 		q.mu.Unlock()
-		tb := d.getTxBatch() // the socket is still open, also when the whole device is closing
-		d.pump(q, tb)
-		d.flush(tb)
-		d.putTxBatch(tb)
+		d.send(q) // the socket is still open, also when the whole device is closing
 		d.qps.Delete(q.qpn)
 		d.nqps.Add(-1)
 		q.mu.Lock()
