@@ -4,6 +4,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -85,4 +86,24 @@ func usage(w io.Writer) {
 func runHelp(args []string) error {
 	usage(os.Stdout)
 	return nil
+}
+
+// parseWithHost parses args like getopt does for rdma-core's and perftest's tools: the optional host
+// argument may stand among the flags. It returns the host, or "" when there is none.
+func parseWithHost(fs *flag.FlagSet, args []string) (string, error) {
+	host := ""
+	for {
+		if err := fs.Parse(args); err != nil {
+			return "", errUsage
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return host, nil
+		}
+		if host != "" {
+			fs.Usage()
+			return "", errUsage
+		}
+		host, args = rest[0], rest[1:]
+	}
 }

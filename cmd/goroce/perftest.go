@@ -165,20 +165,9 @@ func runPerftest(t *perftestTest, args []string) error {
 		perftestUsage(fs.Output())
 		fs.PrintDefaults()
 	}
-	// Like getopt, accept the host among the flags.
-	for {
-		if err := fs.Parse(args); err != nil {
-			return errUsage
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if o.host != "" {
-			fs.Usage()
-			return errUsage
-		}
-		o.host, args = rest[0], rest[1:]
+	var err error
+	if o.host, err = parseWithHost(fs, args); err != nil {
+		return err
 	}
 	switch {
 	case rdmaCM:

@@ -99,20 +99,9 @@ func runPingpong(args []string) error {
 		fmt.Fprintln(w, "  goroce pingpong [flags] <host>   connect to server at <host>")
 		fs.PrintDefaults()
 	}
-	// Like getopt, accept the host among the flags.
-	for {
-		if err := fs.Parse(args); err != nil {
-			return errUsage
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if o.host != "" {
-			fs.Usage()
-			return errUsage
-		}
-		o.host, args = rest[0], rest[1:]
+	var err error
+	if o.host, err = parseWithHost(fs, args); err != nil {
+		return err
 	}
 	switch {
 	case odp:
