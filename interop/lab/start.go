@@ -56,6 +56,19 @@ func Start(t testing.TB, ids ...int) (*Lab, []*Guest) {
 	var gs []*Guest
 	for _, n := range ids {
 		g, ok := shared.guests[n]
+		if ok && !g.responsive() {
+			// An earlier test left this guest unreachable: boot it again, so that one wedged guest
+			// fails one test rather than every test after it.
+			t.Logf("interop lab: vm%d does not answer; console:\n%s\nrebooting it", n, tail(g.Console(), 40))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			err := shared.lab.Down(ctx, n)
+			cancel()
+			if err != nil {
+				t.Fatalf("interop lab: stopping vm%d: %v", n, err)
+			}
+			delete(shared.guests, n)
+			ok = false
+		}
 		if !ok {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 			booted, err := shared.lab.Up(ctx, n)
@@ -69,8 +82,26 @@ func Start(t testing.TB, ids ...int) (*Lab, []*Guest) {
 		}
 		gs = append(gs, g)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, g := range gs {
+				t.Logf("vm%d console (last 40 lines):\n%s", g.N, tail(g.Console(), 40))
+			}
+		}
+	})
 	return shared.lab, gs
 }
+
+// responsive reports whether the guest's command channel answers within a few seconds.
+func (g *Guest) responsive() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := g.Exec(ctx, "true")
+	return err == nil
+}
+
+// Console returns the guest's serial console log so far: kernel warnings land there.
+func (g *Guest) Console() string { return g.lab.Console(g.N) }
 
 // Shutdown stops the guests Start booted and deletes the namespace, unless GOROCE_INTEROP_KEEP is set
 // (to look at a failure with labctl). Call it from TestMain after m.Run.
