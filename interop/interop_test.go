@@ -77,7 +77,7 @@ func pingpongLines(localIP, remoteIP string) []*regexp.Regexp {
 	}
 }
 
-func checkPingpongOutput(t *testing.T, who, out, localIP, remoteIP string, size, iters int) {
+func checkPingpongOutput(t testing.TB, who, out, localIP, remoteIP string, size, iters int) {
 	t.Helper()
 	for _, re := range pingpongLines(localIP, remoteIP) {
 		if !re.MatchString(out) {
@@ -162,19 +162,11 @@ func TestPingpongGoroceClient(t *testing.T) {
 	_, gs := lab.Start(t, 1)
 	g := gs[0]
 	for i, c := range pingpongCases {
-		t.Run(c.name(), func(t *testing.T) {
+		t.Run(c.name(), onGuest(g, nil, func(t testing.TB) {
 			port := 18515 + i
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			type result struct {
-				out string
-				err error
-			}
-			srv := make(chan result, 1)
-			go func() {
-				out, err := g.Exec(ctx, fmt.Sprintf("timeout 90 %s -d rxe0 -g 1 -p %d %s", c.tool(), port, strings.Join(c.flags(), " ")))
-				srv <- result{out, err}
-			}()
+			srv := execBackground(ctx, g, fmt.Sprintf("timeout 90 %s -d rxe0 -g 1 -p %d %s", c.tool(), port, strings.Join(c.flags(), " ")))
 			if err := waitListen(ctx, g, port); err != nil {
 				t.Fatalf("%s does not listen: %v", c.tool(), err)
 			}
@@ -191,7 +183,7 @@ func TestPingpongGoroceClient(t *testing.T) {
 			}
 			checkPingpongOutput(t, "goroce pingpong", string(cout), lab.HostIP, g.IP.String(), c.size, c.iters)
 			checkPingpongOutput(t, c.tool(), s.out, g.IP.String(), lab.HostIP, c.size, c.iters)
-		})
+		}))
 	}
 }
 
@@ -201,7 +193,7 @@ func TestPingpongGoroceServer(t *testing.T) {
 	_, gs := lab.Start(t, 1)
 	g := gs[0]
 	for i, c := range pingpongCases {
-		t.Run(c.name(), func(t *testing.T) {
+		t.Run(c.name(), onGuest(g, nil, func(t testing.TB) {
 			port := 18615 + i
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
@@ -233,7 +225,7 @@ func TestPingpongGoroceServer(t *testing.T) {
 			}
 			checkPingpongOutput(t, "goroce pingpong", sout.String(), lab.HostIP, g.IP.String(), c.size, c.iters)
 			checkPingpongOutput(t, c.tool(), out, g.IP.String(), lab.HostIP, c.size, c.iters)
-		})
+		}))
 	}
 }
 
@@ -246,6 +238,14 @@ tc filter add dev eth0 parent ffff: matchall action mirred egress redirect dev i
 tc qdisc add dev ifb0 root netem loss %[1]d%%`
 
 const lossOffScript = `tc qdisc del dev eth0 root; tc qdisc del dev eth0 ingress; tc qdisc del dev ifb0 root; true`
+
+// injectLoss makes netem in guest g drop percent of the packets each way.
+func injectLoss(ctx context.Context, t testing.TB, g *lab.Guest, percent int) {
+	t.Helper()
+	if out, err := g.Exec(ctx, fmt.Sprintf(lossScript, percent)); err != nil {
+		t.Fatalf("injecting loss: %v\n%s", err, out)
+	}
+}
 
 // netemDrops returns how many packets the netem qdisc on dev dropped.
 func netemDrops(ctx context.Context, t *testing.T, g *lab.Guest, dev string) int {
@@ -275,14 +275,13 @@ func TestPingpongLoss(t *testing.T) {
 	g := gs[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if out, err := g.Exec(ctx, fmt.Sprintf(lossScript, 3)); err != nil {
-		t.Fatalf("injecting loss: %v\n%s", err, out)
-	}
+	loss := func(t testing.TB) { injectLoss(ctx, t, g, 3) }
+	loss(t)
 	defer g.Exec(context.Background(), lossOffScript)
 	c := pingpongCase{size: 65536, mtu: 1024, iters: 30}
 	t.Logf("rxe counters before: %s", rxeCounters(ctx, g))
 	for _, role := range []string{"goroce-client", "goroce-server"} {
-		t.Run(role, func(t *testing.T) {
+		t.Run(role, onGuest(g, loss, func(t testing.TB) {
 			port := 18715
 			if role == "goroce-server" {
 				port++
@@ -290,17 +289,14 @@ func TestPingpongLoss(t *testing.T) {
 			var gout, rout string
 			var gerr, rerr error
 			if role == "goroce-client" {
-				done := make(chan struct{})
-				go func() {
-					rout, rerr = g.Exec(ctx, fmt.Sprintf("timeout 120 %s -d rxe0 -g 1 -p %d %s", c.tool(), port, strings.Join(c.flags(), " ")))
-					close(done)
-				}()
+				srv := execBackground(ctx, g, fmt.Sprintf("timeout 120 %s -d rxe0 -g 1 -p %d %s", c.tool(), port, strings.Join(c.flags(), " ")))
 				if err := waitListen(ctx, g, port); err != nil {
 					t.Fatalf("%s does not listen: %v", c.tool(), err)
 				}
 				out, err := lab.NSCommand(ctx, goroceBin, append(c.goroceArgs(port), g.IP.String())...).CombinedOutput()
 				gout, gerr = string(out), err
-				<-done
+				r := <-srv
+				rout, rerr = r.out, r.err
 			} else {
 				cmd := lab.NSCommand(ctx, goroceBin, c.goroceArgs(port)...)
 				var sout lockedBuffer
@@ -328,11 +324,27 @@ func TestPingpongLoss(t *testing.T) {
 			}
 			checkPingpongOutput(t, "goroce pingpong", gout, lab.HostIP, g.IP.String(), c.size, c.iters)
 			checkPingpongOutput(t, c.tool(), rout, g.IP.String(), lab.HostIP, c.size, c.iters)
-		})
+		}))
 	}
 	sent, recv := netemDrops(ctx, t, g, "eth0"), netemDrops(ctx, t, g, "ifb0")
 	t.Logf("lost: %d packets rxe sent, %d packets goroce sent; rxe counters after: %s", sent, recv, rxeCounters(ctx, g))
 	if sent == 0 || recv == 0 {
 		t.Errorf("loss was not injected both ways: %d and %d packets dropped", sent, recv)
 	}
+}
+
+// execResult is what a guest command left.
+type execResult struct {
+	out string
+	err error
+}
+
+// execBackground runs cmd in guest g while the caller goes on; the channel yields its result.
+func execBackground(ctx context.Context, g *lab.Guest, cmd string) <-chan execResult {
+	ch := make(chan execResult, 1)
+	go func() {
+		out, err := g.Exec(ctx, cmd)
+		ch <- execResult{out, err}
+	}()
+	return ch
 }

@@ -57,7 +57,7 @@ var (
 )
 
 // perftestResult returns the result line a side printed, or "" if none.
-func perftestResult(t *testing.T, c perftestCase, who, out string) string {
+func perftestResult(t testing.TB, c perftestCase, who, out string) string {
 	t.Helper()
 	re := perftestBWResult
 	if strings.HasSuffix(c.test, "_lat") {
@@ -83,7 +83,7 @@ func perftestResult(t *testing.T, c perftestCase, who, out string) string {
 
 // checkPerftest checks both sides' results: every side that measures prints a line; the server of a
 // bandwidth test prints the client's report, which proves the reports exchange.
-func checkPerftest(t *testing.T, c perftestCase, client, clientOut, server, serverOut string) {
+func checkPerftest(t testing.TB, c perftestCase, client, clientOut, server, serverOut string) {
 	t.Helper()
 	cl := perftestResult(t, c, client, clientOut)
 	sl := perftestResult(t, c, server, serverOut)
@@ -111,13 +111,13 @@ func TestPerftestGoroceClient(t *testing.T) {
 	_, gs := lab.Start(t, 1)
 	g := gs[0]
 	for i, c := range perftestCases {
-		t.Run(c.name(), func(t *testing.T) {
+		t.Run(c.name(), onGuest(g, nil, func(t testing.TB) {
 			r := runPerftest(t, func(attempt int) perftestRun { return perftestGoroceClient(g, c, 18815+i+200*attempt) })
 			t.Logf("goroce perf %s (client):\n%s", c.test, r.goroceOut)
 			t.Logf("ib_%s (server, vm%d):\n%s", c.test, g.N, r.toolOut)
 			r.check(t, c)
 			checkPerftest(t, c, "goroce perf", r.goroceOut, "ib_"+c.test, r.toolOut)
-		})
+		}))
 	}
 }
 
@@ -127,13 +127,13 @@ func TestPerftestGoroceServer(t *testing.T) {
 	_, gs := lab.Start(t, 1)
 	g := gs[0]
 	for i, c := range perftestCases {
-		t.Run(c.name(), func(t *testing.T) {
+		t.Run(c.name(), onGuest(g, nil, func(t testing.TB) {
 			r := runPerftest(t, func(attempt int) perftestRun { return perftestGoroceServer(g, c, 18915+i+200*attempt) })
 			t.Logf("goroce perf %s (server):\n%s", c.test, r.goroceOut)
 			t.Logf("ib_%s (client, vm%d):\n%s", c.test, g.N, r.toolOut)
 			r.check(t, c)
 			checkPerftest(t, c, "ib_"+c.test, r.toolOut, "goroce perf", r.goroceOut)
-		})
+		}))
 	}
 }
 
@@ -143,7 +143,7 @@ type perftestRun struct {
 	goroceErr, toolErr error
 }
 
-func (r perftestRun) check(t *testing.T, c perftestCase) {
+func (r perftestRun) check(t testing.TB, c perftestCase) {
 	t.Helper()
 	if r.goroceErr != nil {
 		t.Errorf("goroce perf: %v", r.goroceErr)
@@ -158,7 +158,7 @@ const perftestAttempts = 3
 
 // runPerftest runs a case, again (on fresh ports) only when perftest in the guest gave up on its
 // clock: see calibrationFailed. Any other failure counts at once.
-func runPerftest(t *testing.T, run func(attempt int) perftestRun) perftestRun {
+func runPerftest(t testing.TB, run func(attempt int) perftestRun) perftestRun {
 	t.Helper()
 	for attempt := 0; ; attempt++ {
 		r := run(attempt)
@@ -182,15 +182,7 @@ func calibrationFailed(out string) bool {
 func perftestGoroceClient(g *lab.Guest, c perftestCase, port int) perftestRun {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	type result struct {
-		out string
-		err error
-	}
-	srv := make(chan result, 1)
-	go func() {
-		out, err := g.Exec(ctx, fmt.Sprintf("timeout 90 ib_%s -d rxe0 -x 1 -p %d %s", c.test, port, c.args()))
-		srv <- result{out, err}
-	}()
+	srv := execBackground(ctx, g, fmt.Sprintf("timeout 90 ib_%s -d rxe0 -x 1 -p %d %s", c.test, port, c.args()))
 	if err := waitListen(ctx, g, port); err != nil {
 		s := <-srv
 		return perftestRun{goroceErr: fmt.Errorf("ib_%s does not listen: %w", c.test, err), toolOut: s.out, toolErr: s.err}

@@ -28,7 +28,7 @@ const rdmacheckGuestPath = "/tmp/rdmacheck"
 
 // installRdmacheck builds interop/rdmacheck/rdmacheck.c with the host's gcc and copies it into the
 // guest. Without gcc or libibverbs-dev it skips the test, or fails it when CI is set.
-func installRdmacheck(t *testing.T, g *lab.Guest) {
+func installRdmacheck(t testing.TB, g *lab.Guest) {
 	t.Helper()
 	_, gccErr := exec.LookPath("gcc")
 	_, hdrErr := os.Stat("/usr/include/infiniband/verbs.h")
@@ -58,7 +58,7 @@ func installRdmacheck(t *testing.T, g *lab.Guest) {
 
 // rdmacheckPeer starts the goroce side in the namespace: the test binary itself, with rdmacheckEnv
 // set. conns are "client:PORT:IP" or "server:PORT"; it returns once every server listens.
-func rdmacheckPeer(ctx context.Context, t *testing.T, flags []string, conns ...string) (out *lockedBuffer, wait func() error) {
+func rdmacheckPeer(ctx context.Context, t testing.TB, flags []string, conns ...string) (out *lockedBuffer, wait func() error) {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -90,7 +90,7 @@ func rdmacheckPeer(ctx context.Context, t *testing.T, flags []string, conns ...s
 }
 
 // checkRdmacheck checks one side's verdict: exit status, no mismatch, and the number of checks.
-func checkRdmacheck(t *testing.T, who, out string, err error, passed string) {
+func checkRdmacheck(t testing.TB, who, out string, err error, passed string) {
 	t.Helper()
 	if err != nil {
 		t.Errorf("%s: %v", who, err)
@@ -117,14 +117,15 @@ func rdmacheckChecks(maxSize int) int {
 func TestRdmacheck(t *testing.T) {
 	_, gs := lab.Start(t, 1)
 	g := gs[0]
-	installRdmacheck(t, g)
+	install := func(t testing.TB) { installRdmacheck(t, g) }
+	install(t)
 	port := 19015
 	for _, role := range []string{"goroce-client", "goroce-server"} {
 		for _, mtu := range []int{1024, 4096} {
 			port++
-			t.Run(fmt.Sprintf("%s-m%d", role, mtu), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s-m%d", role, mtu), onGuest(g, install, func(t testing.TB) {
 				runRdmacheck(t, g, role, mtu, port, 90*time.Second)
-			})
+			}))
 		}
 	}
 }
@@ -135,18 +136,19 @@ func TestRdmacheck(t *testing.T) {
 func TestRdmacheckLoss(t *testing.T) {
 	_, gs := lab.Start(t, 1)
 	g := gs[0]
-	installRdmacheck(t, g)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if out, err := g.Exec(ctx, fmt.Sprintf(lossScript, 3)); err != nil {
-		t.Fatalf("injecting loss: %v\n%s", err, out)
+	installWithLoss := func(t testing.TB) {
+		installRdmacheck(t, g)
+		injectLoss(ctx, t, g, 3)
 	}
+	installWithLoss(t)
 	defer g.Exec(context.Background(), lossOffScript)
 	t.Logf("rxe counters before: %s", rxeCounters(ctx, g))
 	for i, role := range []string{"goroce-client", "goroce-server"} {
-		t.Run(role, func(t *testing.T) {
+		t.Run(role, onGuest(g, installWithLoss, func(t testing.TB) {
 			runRdmacheck(t, g, role, 1024, 19041+i, 150*time.Second)
-		})
+		}))
 	}
 	t.Logf("netem dropped %d sent and %d received packets in the guest; rxe counters after: %s",
 		netemDrops(ctx, t, g, "eth0"), netemDrops(ctx, t, g, "ifb0"), rxeCounters(ctx, g))
@@ -157,7 +159,7 @@ func TestRdmacheckLoss(t *testing.T) {
 
 // runRdmacheck runs one rdmacheck connection, goroce in role against rdmacheck in guest g, and
 // checks both sides' verdicts.
-func runRdmacheck(t *testing.T, g *lab.Guest, role string, mtu, port int, limit time.Duration) {
+func runRdmacheck(t testing.TB, g *lab.Guest, role string, mtu, port int, limit time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit+30*time.Second)
 	defer cancel()
@@ -166,18 +168,15 @@ func runRdmacheck(t *testing.T, g *lab.Guest, role string, mtu, port int, limit 
 	var gout, rout string
 	var gerr, rerr error
 	if role == "goroce-client" {
-		done := make(chan struct{})
-		go func() {
-			rout, rerr = g.Exec(ctx, tool)
-			close(done)
-		}()
+		srv := execBackground(ctx, g, tool)
 		if err := waitListen(ctx, g, port); err != nil {
 			t.Fatalf("rdmacheck does not listen: %v", err)
 		}
 		out, wait := rdmacheckPeer(ctx, t, flags, fmt.Sprintf("client:%d:%s", port, g.IP))
 		gerr = wait()
 		gout = out.String()
-		<-done
+		r := <-srv
+		rout, rerr = r.out, r.err
 	} else {
 		out, wait := rdmacheckPeer(ctx, t, flags, fmt.Sprintf("server:%d", port))
 		rout, rerr = g.Exec(ctx, tool+" "+lab.HostIP)
@@ -197,40 +196,43 @@ func runRdmacheck(t *testing.T, g *lab.Guest, role string, mtu, port int, limit 
 func TestRdmacheckQPs(t *testing.T) {
 	_, gs := lab.Start(t, 1)
 	g := gs[0]
-	installRdmacheck(t, g)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	const maxSize = 1 << 20
-	ports := []int{19031, 19032, 19033, 19034}
-	tool := func(port int) string {
-		return fmt.Sprintf("timeout 90 %s -g 1 -m 1024 -z %d -p %d", rdmacheckGuestPath, maxSize, port)
-	}
-	rout := make([]string, len(ports))
-	rerr := make([]error, len(ports))
-	var wg sync.WaitGroup
-	// rxe serves the first two connections, goroce the other two.
-	for i, p := range ports[:2] {
-		wg.Go(func() { rout[i], rerr[i] = g.Exec(ctx, tool(p)) })
-		if err := waitListen(ctx, g, p); err != nil {
-			t.Fatalf("rdmacheck does not listen on %d: %v", p, err)
+	install := func(t testing.TB) { installRdmacheck(t, g) }
+	install(t)
+	onGuest(g, install, func(t testing.TB) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		const maxSize = 1 << 20
+		ports := []int{19031, 19032, 19033, 19034}
+		tool := func(port int) string {
+			return fmt.Sprintf("timeout 90 %s -g 1 -m 1024 -z %d -p %d", rdmacheckGuestPath, maxSize, port)
 		}
-	}
-	out, wait := rdmacheckPeer(ctx, t, []string{"-m", "1024", "-z", strconv.Itoa(maxSize)},
-		fmt.Sprintf("client:%d:%s", ports[0], g.IP), fmt.Sprintf("client:%d:%s", ports[1], g.IP),
-		fmt.Sprintf("server:%d", ports[2]), fmt.Sprintf("server:%d", ports[3]))
-	for i, p := range ports[2:] {
-		wg.Go(func() { rout[2+i], rerr[2+i] = g.Exec(ctx, tool(p)+" "+lab.HostIP) })
-	}
-	gerr := wait()
-	wg.Wait()
-	t.Logf("goroce:\n%s", out.String())
-	n := rdmacheckChecks(maxSize)
-	for i, p := range ports {
-		t.Logf("rdmacheck port %d (vm%d):\n%s", p, g.N, rout[i])
-		checkRdmacheck(t, fmt.Sprintf("rdmacheck port %d", p), rout[i], rerr[i], fmt.Sprintf("rdmacheck: %d checks passed", n))
-		checkRdmacheck(t, "goroce", out.String(), nil, fmt.Sprintf("rdmacheck[%d]: %d checks passed", p, n))
-	}
-	if gerr != nil {
-		t.Errorf("goroce: %v", gerr)
-	}
+		rout := make([]string, len(ports))
+		rerr := make([]error, len(ports))
+		var wg sync.WaitGroup
+		// rxe serves the first two connections, goroce the other two.
+		for i, p := range ports[:2] {
+			wg.Go(func() { rout[i], rerr[i] = g.Exec(ctx, tool(p)) })
+			if err := waitListen(ctx, g, p); err != nil {
+				t.Fatalf("rdmacheck does not listen on %d: %v", p, err)
+			}
+		}
+		out, wait := rdmacheckPeer(ctx, t, []string{"-m", "1024", "-z", strconv.Itoa(maxSize)},
+			fmt.Sprintf("client:%d:%s", ports[0], g.IP), fmt.Sprintf("client:%d:%s", ports[1], g.IP),
+			fmt.Sprintf("server:%d", ports[2]), fmt.Sprintf("server:%d", ports[3]))
+		for i, p := range ports[2:] {
+			wg.Go(func() { rout[2+i], rerr[2+i] = g.Exec(ctx, tool(p)+" "+lab.HostIP) })
+		}
+		gerr := wait()
+		wg.Wait()
+		t.Logf("goroce:\n%s", out.String())
+		n := rdmacheckChecks(maxSize)
+		for i, p := range ports {
+			t.Logf("rdmacheck port %d (vm%d):\n%s", p, g.N, rout[i])
+			checkRdmacheck(t, fmt.Sprintf("rdmacheck port %d", p), rout[i], rerr[i], fmt.Sprintf("rdmacheck: %d checks passed", n))
+			checkRdmacheck(t, "goroce", out.String(), nil, fmt.Sprintf("rdmacheck[%d]: %d checks passed", p, n))
+		}
+		if gerr != nil {
+			t.Errorf("goroce: %v", gerr)
+		}
+	})(t)
 }

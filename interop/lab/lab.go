@@ -373,7 +373,7 @@ func (l *Lab) boot(ctx context.Context, n int) (*Guest, error) {
 	args := append([]string{"netns", "exec", Namespace, "qemu-system-x86_64"}, accel...)
 	args = append(args, "-m", strconv.Itoa(l.MemMiB), "-smp", "1",
 		"-kernel", filepath.Join(l.Dir, "vmlinuz"), "-initrd", filepath.Join(l.Dir, "initrd.gz"),
-		"-append", fmt.Sprintf("console=ttyS0 goroce_id=%d goroce_mtu=%d panic=-1 quiet loglevel=5", n, l.MTU),
+		"-append", fmt.Sprintf("console=ttyS0 goroce_id=%d goroce_mtu=%d panic=-1 quiet loglevel=5 sysrq_always_enabled", n, l.MTU),
 		"-display", "none", "-monitor", "unix:"+l.monitor(n)+",server,nowait", "-serial", "file:"+l.console(n),
 		"-no-reboot", "-netdev", fmt.Sprintf("tap,id=n0,ifname=%s,script=no,downscript=no", tap),
 		"-device", fmt.Sprintf("virtio-net-pci,netdev=n0,mac=52:54:00:77:00:%02x", 10+n),

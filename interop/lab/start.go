@@ -56,18 +56,11 @@ func Start(t testing.TB, ids ...int) (*Lab, []*Guest) {
 	var gs []*Guest
 	for _, n := range ids {
 		g, ok := shared.guests[n]
-		if ok && !g.responsive() {
+		if ok && !Responsive(g) {
 			// An earlier test left this guest unreachable: boot it again, so that one wedged guest
 			// fails one test rather than every test after it.
-			t.Logf("interop lab: vm%d does not answer; console:\n%s\nrebooting it", n, tail(g.Console(), 40))
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			err := shared.lab.Down(ctx, n)
-			cancel()
-			if err != nil {
-				t.Fatalf("interop lab: stopping vm%d: %v", n, err)
-			}
-			delete(shared.guests, n)
-			ok = false
+			t.Logf("interop lab: vm%d does not answer; console:\n%s", n, g.ConsoleTail(40))
+			Reboot(t, g)
 		}
 		if !ok {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -85,23 +78,37 @@ func Start(t testing.TB, ids ...int) (*Lab, []*Guest) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, g := range gs {
-				t.Logf("vm%d console (last 40 lines):\n%s", g.N, tail(g.Console(), 40))
+				t.Logf("vm%d console (last 40 lines):\n%s", g.N, g.ConsoleTail(40))
 			}
 		}
 	})
 	return shared.lab, gs
 }
 
-// responsive reports whether the guest's command channel answers within a few seconds.
-func (g *Guest) responsive() bool {
+// Responsive reports whether guest g's command channel answers within a few seconds.
+func Responsive(g *Guest) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := g.Exec(ctx, "true")
 	return err == nil
 }
 
-// Console returns the guest's serial console log so far: kernel warnings land there.
-func (g *Guest) Console() string { return g.lab.Console(g.N) }
+// Reboot stops guest g and boots it again; g stays valid. The guest comes back as built: whatever a
+// test had set up in it is gone.
+func Reboot(t testing.TB, g *Guest) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	if err := g.lab.Down(ctx, g.N); err != nil {
+		t.Fatalf("interop lab: stopping vm%d: %v", g.N, err)
+	}
+	if _, err := g.lab.Up(ctx, g.N); err != nil {
+		t.Fatalf("interop lab: rebooting vm%d: %v", g.N, err)
+	}
+}
+
+// ConsoleTail returns the last lines of the guest's serial console log: kernel warnings land there.
+func (g *Guest) ConsoleTail(lines int) string { return tail(g.lab.Console(g.N), lines) }
 
 // Shutdown stops the guests Start booted and deletes the namespace, unless GOROCE_INTEROP_KEEP is set
 // (to look at a failure with labctl). Call it from TestMain after m.Run.
