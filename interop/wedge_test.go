@@ -31,7 +31,10 @@ func onGuest(g *lab.Guest, prepare func(t testing.TB), body func(t testing.TB)) 
 			first.replay(t)
 			return
 		}
-		t.Logf("vm%d wedged during the case; its console:\n%s\nthe failed attempt:\n%s", g.N, g.ConsoleTail(30), first.text())
+		if err := lab.DumpTasks(g); err != nil {
+			t.Logf("asking vm%d for its tasks: %v", g.N, err)
+		}
+		t.Logf("vm%d wedged during the case; its console:\n%s\nthe failed attempt:\n%s", g.N, g.ConsoleTail(200), first.text())
 		lab.Reboot(t, g)
 		if prepare != nil {
 			prepare(t)

@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"testing"
@@ -120,4 +121,25 @@ func Shutdown() {
 	}
 	_ = shared.lab.Down(context.Background())
 	shared.lab, shared.guests = nil, nil
+}
+
+// DumpTasks asks guest g's kernel, through qemu's monitor and magic SysRq, to print every blocked
+// task and the state of every CPU to its console (read it with ConsoleTail). It works when the guest's
+// network does not: that is what it is for.
+func DumpTasks(g *Guest) error {
+	c, err := net.DialTimeout("unix", g.lab.monitor(g.N), 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	// SysRq 8 raises the console log level, so that the dumps' KERN_INFO lines reach the console;
+	// w lists blocked tasks, l the CPUs' backtraces, m memory.
+	for _, key := range []string{"8", "w", "l", "m"} {
+		if _, err := fmt.Fprintf(c, "sendkey alt-sysrq-%s\n", key); err != nil {
+			return err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // let the guest print
+	return nil
 }
