@@ -316,14 +316,22 @@ func TestPingpongLoss(t *testing.T) {
 			}
 			t.Logf("goroce pingpong:\n%s", gout)
 			t.Logf("%s (vm%d):\n%s", c.tool(), g.N, rout)
-			if gerr != nil {
-				t.Errorf("goroce pingpong: %v", gerr)
-			}
 			if rerr != nil {
 				t.Errorf("%s: %v", c.tool(), rerr)
 			}
-			checkPingpongOutput(t, "goroce pingpong", gout, lab.HostIP, g.IP.String(), c.size, c.iters)
 			checkPingpongOutput(t, c.tool(), rout, g.IP.String(), lab.HostIP, c.size, c.iters)
+			if role == "goroce-server" && rerr == nil && strings.Contains(gout, "transport retry counter exceeded") {
+				// The pingpong protocol's own race under loss: the server's SEND is the last message.
+				// rxe received it (its -c check above covered all iterations) and ended, but its ACK was
+				// lost, so goroce retransmits to a QP that no longer exists until its retries run out.
+				// ibv_rc_pingpong serving has the same race; only rxe's side can prove the run here.
+				t.Logf("goroce's last SEND lost its ACK after rxe had finished (the pingpong protocol's end-of-run race under loss)")
+				return
+			}
+			if gerr != nil {
+				t.Errorf("goroce pingpong: %v", gerr)
+			}
+			checkPingpongOutput(t, "goroce pingpong", gout, lab.HostIP, g.IP.String(), c.size, c.iters)
 		}))
 	}
 	sent, recv := netemDrops(ctx, t, g, "eth0"), netemDrops(ctx, t, g, "ifb0")
