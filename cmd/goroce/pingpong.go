@@ -38,6 +38,13 @@ const pingpongDone = "done\x00"
 // pingpongFill is the byte rc_pingpong fills its buffer with.
 const pingpongFill = 0x7b
 
+// pingpongLinger is how long an RC run keeps its QP after its last completion. The peer's last SEND
+// may come again: goroce's ACK to it can be lost, and the peer, whose run is not over until that SEND
+// completes, retransmits it after its timeout (rc_pingpong sets timeout 14: 4.096 µs·2^14 = 67 ms).
+// rc_pingpong destroys its QP at once, so a peer may then retry into nothing; goroce stays long enough
+// for four such timeouts and re-ACKs the duplicate (IBTA 9.9.1.1).
+const pingpongLinger = 300 * time.Millisecond
+
 // ud_pingpong's constants: every datagram's Q_Key, and the room at the start of each receive buffer for
 // the GRH (IBTA Annex A17.4.5.2), which sends skip too.
 const (
@@ -470,6 +477,9 @@ func pingpong(ctx context.Context, w, ew io.Writer, o pingpongOptions) error {
 				}
 			}
 		}
+	}
+	if o.qpType == goroce.RC {
+		time.Sleep(pingpongLinger)
 	}
 	// Closing the device (deferred above) first sends the ACK of the peer's last message, which the
 	// device may still be holding back for company (Config.AckDelay).
