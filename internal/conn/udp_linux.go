@@ -189,23 +189,6 @@ func (c *UDPConn) alloc() {
 // is twice the payload bytes granted (Linux doubles the request to account for overhead).
 func (c *UDPConn) BufferSizes() (recv, send int) { return c.recvBuf, c.sendBuf }
 
-// Stats returns a snapshot of the counters.
-func (c *UDPConn) Stats() Stats { return c.stats.snapshot() }
-
-// LocalAddr returns the bound address.
-func (c *UDPConn) LocalAddr() netip.AddrPort { return c.local }
-
-// BatchSize is the largest batch one system call moves.
-func (c *UDPConn) BatchSize() int { return c.batch }
-
-// Close closes the socket, unblocking a ReadBatch. Closing twice returns nil.
-func (c *UDPConn) Close() error {
-	if !c.closed.CompareAndSwap(false, true) {
-		return nil
-	}
-	return c.udp.Close()
-}
-
 // recvmmsg is the poller callback of ReadBatch: false asks the poller to wait for readability.
 func (c *UDPConn) recvmmsg(fd uintptr) bool {
 	for {

@@ -67,23 +67,6 @@ func ListenUDP(addr netip.AddrPort, opts Options) (*UDPConn, error) {
 // portably readable).
 func (c *UDPConn) BufferSizes() (recv, send int) { return c.recvBuf, c.sendBuf }
 
-// Stats returns a snapshot of the counters.
-func (c *UDPConn) Stats() Stats { return c.stats.snapshot() }
-
-// LocalAddr returns the bound address.
-func (c *UDPConn) LocalAddr() netip.AddrPort { return c.local }
-
-// BatchSize is the largest batch one call moves.
-func (c *UDPConn) BatchSize() int { return c.batch }
-
-// Close closes the socket, unblocking a ReadBatch. Closing twice returns nil.
-func (c *UDPConn) Close() error {
-	if !c.closed.CompareAndSwap(false, true) {
-		return nil
-	}
-	return c.udp.Close()
-}
-
 func (c *UDPConn) mapErr(err error) error {
 	if c.closed.Load() || errors.Is(err, net.ErrClosed) {
 		return ErrClosed
