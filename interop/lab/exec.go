@@ -30,7 +30,9 @@ func (e *ExitError) Error() string {
 
 // DialNS connects to addr (host:port) from inside the lab's namespace. The socket is created on a
 // thread switched into the namespace; once created it stays there, whatever thread later uses it.
-func DialNS(ctx context.Context, addr string) (net.Conn, error) {
+func DialNS(ctx context.Context, addr string) (net.Conn, error) { return dialNS(ctx, Namespace, addr) }
+
+func dialNS(ctx context.Context, ns, addr string) (net.Conn, error) {
 	type result struct {
 		c   net.Conn
 		err error
@@ -46,10 +48,10 @@ func DialNS(ctx context.Context, addr string) (net.Conn, error) {
 			return
 		}
 		defer orig.Close()
-		target, err := os.Open("/run/netns/" + Namespace)
+		target, err := os.Open("/run/netns/" + ns)
 		if err != nil {
 			runtime.UnlockOSThread()
-			ch <- result{nil, fmt.Errorf("namespace %s: %w", Namespace, err)}
+			ch <- result{nil, fmt.Errorf("namespace %s: %w", ns, err)}
 			return
 		}
 		defer target.Close()
@@ -81,7 +83,7 @@ func (g *Guest) Exec(ctx context.Context, cmd string) (string, error) {
 // streamed to out; a non-zero exit status is an *ExitError (whose Output is empty: it went to out).
 func (g *Guest) ExecIO(ctx context.Context, cmd string, stdin io.Reader, out io.Writer) error {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	c, err := DialNS(dctx, net.JoinHostPort(g.IP.String(), strconv.Itoa(GuestCmdPort)))
+	c, err := dialNS(dctx, g.lab.namespace(), net.JoinHostPort(g.IP.String(), strconv.Itoa(GuestCmdPort)))
 	cancel()
 	if err != nil {
 		return fmt.Errorf("vm%d command channel: %w", g.N, err)

@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -77,17 +78,46 @@ type Lab struct {
 	MTU int
 	// BootTimeout bounds a guest's boot.
 	BootTimeout time.Duration
+	// AccelMode chooses the accelerator: "kvm", "tcg", or "auto" (and "") for KVM where a probe guest
+	// runs under it and TCG otherwise. See Accel.
+	AccelMode string
+	// QEMU is the qemu system emulator to run.
+	QEMU string
+	// KVMDevice is the KVM device whose absence means TCG.
+	KVMDevice string
+	// ProbeTimeout bounds the KVM probe; a probe that takes longer means TCG.
+	ProbeTimeout time.Duration
+	// AptGet is the apt-get command InstallTools runs; AptLockTimeout bounds how long it waits for
+	// another package manager to release dpkg's and apt's locks.
+	AptGet         string
+	AptLockTimeout time.Duration
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
+
+	// netns is the network namespace, Namespace unless a test chose another; aptRetry is the pause
+	// between apt runs while a lock is held, aptLockRetry unless a test chose another.
+	netns    string
+	aptRetry time.Duration
+
+	accelMu sync.Mutex
+	accel   *AccelChoice // decided on first use
 }
 
 // New returns the lab configured from the environment: GOROCE_INTEROP_DIR (default
 // /var/tmp/goroce-interop), GOROCE_INTEROP_MIRROR (default: the Debian archive this machine's apt uses),
-// GOROCE_INTEROP_MEM (MiB, default 1024).
+// GOROCE_INTEROP_MEM (MiB, default 1024), GOROCE_INTEROP_ACCEL (kvm, tcg or auto; see AccelEnv) and
+// GOROCE_INTEROP_QEMU (default qemu-system-x86_64).
 func New() *Lab {
-	l := &Lab{Dir: "/var/tmp/goroce-interop", MemMiB: 1024, MTU: 9000, BootTimeout: 5 * time.Minute}
+	l := &Lab{
+		Dir: "/var/tmp/goroce-interop", MemMiB: 1024, MTU: 9000, BootTimeout: 5 * time.Minute,
+		AccelMode: os.Getenv(AccelEnv), QEMU: "qemu-system-x86_64", KVMDevice: "/dev/kvm",
+		ProbeTimeout: 20 * time.Second, AptGet: "apt-get", AptLockTimeout: 10 * time.Minute,
+	}
 	if d := os.Getenv("GOROCE_INTEROP_DIR"); d != "" {
 		l.Dir = d
+	}
+	if q := os.Getenv("GOROCE_INTEROP_QEMU"); q != "" {
+		l.QEMU = q
 	}
 	l.Mirror = os.Getenv("GOROCE_INTEROP_MIRROR")
 	if l.Mirror == "" {
@@ -106,6 +136,14 @@ func (l *Lab) logf(format string, args ...any) {
 }
 
 func (l *Lab) run() string { return filepath.Join(l.Dir, "run") }
+
+// namespace returns the lab's network namespace.
+func (l *Lab) namespace() string {
+	if l.netns != "" {
+		return l.netns
+	}
+	return Namespace
+}
 
 // aptMirror returns the first Debian archive in this machine's apt sources that is not the security
 // archive, so the image comes from where the machine already gets its packages.
@@ -162,15 +200,10 @@ func (l *Lab) InstallTools(ctx context.Context) error {
 		pkgs = append(pkgs, HostTools[t])
 	}
 	l.logf("installing %v", pkgs[3:])
-	if err := l.cmd(ctx, "apt-get", "update").Run(); err != nil {
-		return fmt.Errorf("apt-get update: %w", err)
+	if err := l.apt(ctx, "update"); err != nil {
+		return err
 	}
-	c := l.cmd(ctx, "apt-get", pkgs...)
-	c.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	if err := c.Run(); err != nil {
-		return fmt.Errorf("apt-get install: %w", err)
-	}
-	return nil
+	return l.apt(ctx, pkgs...)
 }
 
 func (l *Lab) cmd(ctx context.Context, name string, args ...string) *exec.Cmd {
@@ -242,32 +275,33 @@ func ip(ctx context.Context, args ...string) (string, error) {
 }
 
 // nsExists reports whether the lab's namespace exists.
-func nsExists() bool {
-	_, err := os.Stat("/run/netns/" + Namespace)
+func (l *Lab) nsExists() bool {
+	_, err := os.Stat("/run/netns/" + l.namespace())
 	return err == nil
 }
 
 // NamespaceUp creates the namespace and its bridge unless they exist.
 func (l *Lab) NamespaceUp(ctx context.Context) error {
-	if !nsExists() {
-		if _, err := ip(ctx, "netns", "add", Namespace); err != nil {
+	ns := l.namespace()
+	if !l.nsExists() {
+		if _, err := ip(ctx, "netns", "add", ns); err != nil {
 			return err
 		}
 	}
-	steps := [][]string{{"-n", Namespace, "link", "set", "lo", "up"}}
-	if _, err := ip(ctx, "-n", Namespace, "link", "show", Bridge); err != nil {
+	steps := [][]string{{"-n", ns, "link", "set", "lo", "up"}}
+	if _, err := ip(ctx, "-n", ns, "link", "show", Bridge); err != nil {
 		steps = append(steps,
-			[]string{"-n", Namespace, "link", "add", Bridge, "type", "bridge", "stp_state", "0", "forward_delay", "0"},
-			[]string{"-n", Namespace, "addr", "add", HostIP + "/24", "dev", Bridge})
+			[]string{"-n", ns, "link", "add", Bridge, "type", "bridge", "stp_state", "0", "forward_delay", "0"},
+			[]string{"-n", ns, "addr", "add", HostIP + "/24", "dev", Bridge})
 	}
-	steps = append(steps, []string{"-n", Namespace, "link", "set", Bridge, "mtu", strconv.Itoa(l.MTU), "up"})
+	steps = append(steps, []string{"-n", ns, "link", "set", Bridge, "mtu", strconv.Itoa(l.MTU), "up"})
 	for _, s := range steps {
 		if _, err := ip(ctx, s...); err != nil {
 			return err
 		}
 	}
 	// Replies from the guests come back on the bridge; IPv6 is not used.
-	_ = exec.CommandContext(ctx, "ip", "netns", "exec", Namespace, "sysctl", "-qw",
+	_ = exec.CommandContext(ctx, "ip", "netns", "exec", ns, "sysctl", "-qw",
 		"net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0", "net.ipv6.conf.all.disable_ipv6=1").Run()
 	return nil
 }
@@ -295,13 +329,53 @@ func readPID(path string) (int, bool) {
 	return pid, err == nil && pid > 0
 }
 
-// running returns guest n's qemu pid if it runs.
+// running returns guest n's qemu pid if it runs. A pid file alone proves nothing: qemu writes it
+// before it can fail, and the pid may since have become a zombie nobody reaps or another process. So
+// the process must be alive and be the qemu started with this guest's pid file.
 func (l *Lab) running(n int) (int, bool) {
 	pid, ok := l.readQEMUPID(n)
 	if !ok || syscall.Kill(pid, 0) != nil {
 		return 0, false
 	}
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		// The state follows the parenthesised command name.
+		if i := bytes.LastIndexByte(st, ')'); i >= 0 && i+2 < len(st) && st[i+2] == 'Z' {
+			return 0, false
+		}
+	}
+	if !hasArgs(qemuCmdline(pid), "-pidfile", l.pidFile(n)) {
+		return 0, false
+	}
 	return pid, true
+}
+
+// qemuCmdline returns process pid's arguments.
+func qemuCmdline(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return nil
+	}
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+}
+
+// hasArgs reports whether args holds name immediately followed by value.
+func hasArgs(args []string, name, value string) bool {
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == name && args[i+1] == value {
+			return true
+		}
+	}
+	return false
+}
+
+// accelOf returns the accelerator of a running qemu, from its arguments.
+func accelOf(pid int) Accel {
+	for _, a := range qemuCmdline(pid) {
+		if a == "kvm" || strings.HasPrefix(a, "kvm,") {
+			return KVM
+		}
+	}
+	return TCG
 }
 
 func (l *Lab) readQEMUPID(n int) (int, bool) { return readPID(l.pidFile(n)) }
@@ -321,6 +395,12 @@ func (l *Lab) Up(ctx context.Context, ids ...int) ([]*Guest, error) {
 	if err := l.Build(ctx); err != nil {
 		return nil, err
 	}
+	return l.boot(ctx, ids...)
+}
+
+// boot creates the namespace and starts the guests (default: guest 1) that do not run yet, one after
+// the other, from the image as it is.
+func (l *Lab) boot(ctx context.Context, ids ...int) ([]*Guest, error) {
 	if err := os.MkdirAll(l.run(), 0o755); err != nil {
 		return nil, err
 	}
@@ -332,7 +412,7 @@ func (l *Lab) Up(ctx context.Context, ids ...int) ([]*Guest, error) {
 	}
 	var gs []*Guest
 	for _, n := range ids {
-		g, err := l.boot(ctx, n)
+		g, err := l.bootOne(ctx, n)
 		if err != nil {
 			return gs, err
 		}
@@ -341,7 +421,9 @@ func (l *Lab) Up(ctx context.Context, ids ...int) ([]*Guest, error) {
 	return gs, nil
 }
 
-func (l *Lab) boot(ctx context.Context, n int) (*Guest, error) {
+// bootOne starts guest n unless it runs. Under an automatically chosen KVM, a guest that fails to
+// start moves the lab to TCG and starts again under it.
+func (l *Lab) bootOne(ctx context.Context, n int) (*Guest, error) {
 	if n < 1 || n > 200 {
 		return nil, fmt.Errorf("guest number %d out of 1..200", n)
 	}
@@ -350,27 +432,42 @@ func (l *Lab) boot(ctx context.Context, n int) (*Guest, error) {
 		l.logf("vm%d already running", n)
 		return g, nil
 	}
-	tap := tapName(n)
-	_, _ = ip(ctx, "-n", Namespace, "link", "del", tap)
-	for _, s := range [][]string{
-		{"-n", Namespace, "tuntap", "add", tap, "mode", "tap"},
-		{"-n", Namespace, "link", "set", tap, "mtu", strconv.Itoa(l.MTU)},
-		{"-n", Namespace, "link", "set", tap, "master", Bridge, "up"},
-	} {
-		if _, err := ip(ctx, s...); err != nil {
-			return nil, err
-		}
-	}
-	accel := []string{"-accel", "tcg,thread=multi", "-cpu", "max"}
-	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
-		f.Close()
-		accel = []string{"-accel", "kvm", "-cpu", "host"}
-	}
-	if err := os.WriteFile(l.console(n), nil, 0o644); err != nil {
+	choice, err := l.Accel(ctx)
+	if err != nil {
 		return nil, err
 	}
-	_ = os.Remove(l.pidFile(n))
-	args := append([]string{"netns", "exec", Namespace, "qemu-system-x86_64"}, accel...)
+	err = l.start(ctx, g, choice.Accel)
+	if err != nil && choice.Accel == KVM && !choice.Forced && ctx.Err() == nil {
+		l.logf("vm%d failed under KVM: %v", n, err)
+		l.fallBackToTCG(firstLines(err.Error(), 2))
+		err = l.start(ctx, g, TCG)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// start boots guest g under accel and waits until its command channel answers. Whatever it fails at,
+// it leaves nothing behind: no qemu, no pid file, no tap.
+func (l *Lab) start(ctx context.Context, g *Guest, accel Accel) error {
+	n, ns, tap := g.N, l.namespace(), tapName(g.N)
+	l.clear(ctx, n) // a guest that is not running may have left its pid file, tap or monitor
+	for _, s := range [][]string{
+		{"-n", ns, "tuntap", "add", tap, "mode", "tap"},
+		{"-n", ns, "link", "set", tap, "mtu", strconv.Itoa(l.MTU)},
+		{"-n", ns, "link", "set", tap, "master", Bridge, "up"},
+	} {
+		if _, err := ip(ctx, s...); err != nil {
+			l.clear(ctx, n)
+			return err
+		}
+	}
+	if err := os.WriteFile(l.console(n), nil, 0o644); err != nil {
+		l.clear(ctx, n)
+		return err
+	}
+	args := append([]string{"netns", "exec", ns, l.QEMU}, accel.qemuArgs()...)
 	args = append(args, "-m", strconv.Itoa(l.MemMiB), "-smp", "1",
 		"-kernel", filepath.Join(l.Dir, "vmlinuz"), "-initrd", filepath.Join(l.Dir, "initrd.gz"),
 		"-append", fmt.Sprintf("console=ttyS0 goroce_id=%d goroce_mtu=%d panic=-1 quiet loglevel=5 sysrq_always_enabled", n, l.MTU),
@@ -380,7 +477,8 @@ func (l *Lab) boot(ctx context.Context, n int) (*Guest, error) {
 		"-daemonize", "-pidfile", l.pidFile(n))
 	t0 := time.Now()
 	if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("qemu for vm%d: %v: %s", n, err, bytes.TrimSpace(out))
+		l.stop(ctx, n)
+		return fmt.Errorf("qemu for vm%d under %s: %v: %s", n, accel, err, bytes.TrimSpace(out))
 	}
 	deadline := t0.Add(l.BootTimeout)
 	for {
@@ -392,14 +490,23 @@ func (l *Lab) boot(ctx context.Context, n int) (*Guest, error) {
 				break
 			}
 		}
-		if _, ok := l.running(n); !ok || time.Now().After(deadline) || ctx.Err() != nil {
-			_ = l.Down(context.Background(), n)
-			return nil, fmt.Errorf("vm%d did not boot; console:\n%s", n, tail(l.Console(n), 20))
+		_, alive := l.running(n)
+		if !alive || time.Now().After(deadline) || ctx.Err() != nil {
+			why := "did not boot in " + l.BootTimeout.String()
+			switch {
+			case ctx.Err() != nil:
+				why = "did not boot: " + ctx.Err().Error()
+			case !alive:
+				why = "qemu exited during boot"
+			}
+			console := tail(l.Console(n), 20)
+			l.stop(context.Background(), n)
+			return fmt.Errorf("vm%d under %s %s; console:\n%s", n, accel, why, console)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	l.logf("vm%d up at %v in %.1fs (%s)", n, g.IP, time.Since(t0).Seconds(), accel[1])
-	return g, nil
+	l.logf("vm%d up at %v in %.1fs (%s)", n, g.IP, time.Since(t0).Seconds(), accel)
+	return nil
 }
 
 func tail(s string, lines int) string {
@@ -417,28 +524,39 @@ func (l *Lab) Down(ctx context.Context, ids ...int) error {
 		ids = l.Guests()
 	}
 	for _, n := range ids {
-		if pid, ok := l.running(n); ok {
-			_ = syscall.Kill(pid, syscall.SIGTERM)
-			for i := 0; i < 50 && syscall.Kill(pid, 0) == nil; i++ {
-				time.Sleep(100 * time.Millisecond)
-			}
-			if syscall.Kill(pid, 0) == nil {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-		_ = os.Remove(l.pidFile(n))
-		if nsExists() {
-			_, _ = ip(ctx, "-n", Namespace, "link", "del", tapName(n))
-		}
+		l.stop(ctx, n)
 		l.logf("vm%d down", n)
 	}
-	if all && nsExists() {
-		if _, err := ip(ctx, "netns", "del", Namespace); err != nil {
+	if all && l.nsExists() {
+		if _, err := ip(ctx, "netns", "del", l.namespace()); err != nil {
 			return err
 		}
-		l.logf("namespace %s removed", Namespace)
+		l.logf("namespace %s removed", l.namespace())
 	}
 	return nil
+}
+
+// stop ends guest n's qemu if it runs (SIGTERM, then SIGKILL after 5 s) and clears its state.
+func (l *Lab) stop(ctx context.Context, n int) {
+	if pid, ok := l.running(n); ok {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		for i := 0; i < 50 && syscall.Kill(pid, 0) == nil; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if _, ok := l.running(n); ok {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	l.clear(ctx, n)
+}
+
+// clear removes what a guest that no longer runs left behind: its pid file, monitor socket and tap.
+func (l *Lab) clear(ctx context.Context, n int) {
+	_ = os.Remove(l.pidFile(n))
+	_ = os.Remove(l.monitor(n))
+	if l.nsExists() {
+		_, _ = ip(ctx, "-n", l.namespace(), "link", "del", tapName(n))
+	}
 }
 
 // Guests returns the numbers of the guests that have a pid file.
@@ -459,7 +577,7 @@ func (l *Lab) Status() []string {
 	var out []string
 	for _, n := range l.Guests() {
 		if pid, ok := l.running(n); ok {
-			out = append(out, fmt.Sprintf("vm%d %v pid %d running", n, GuestIP(n), pid))
+			out = append(out, fmt.Sprintf("vm%d %v pid %d running under %s", n, GuestIP(n), pid, accelOf(pid)))
 		} else {
 			out = append(out, fmt.Sprintf("vm%d stale pid file", n))
 		}

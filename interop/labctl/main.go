@@ -7,9 +7,12 @@
 //	go run ./interop/labctl exec -i 1 'cat > /tmp/f' < f
 //	go run ./interop/labctl ns CMD...        run a host command inside the namespace
 //	go run ./interop/labctl status | console N | kernel
+//	go run ./interop/labctl accel            which accelerator guests would boot under, and why
 //	go run ./interop/labctl down [N...]      stop guests; with no N also delete the namespace
 //
-// It needs root. GOROCE_INTEROP_DIR, GOROCE_INTEROP_MIRROR and GOROCE_INTEROP_MEM configure the lab.
+// It needs root. GOROCE_INTEROP_DIR, GOROCE_INTEROP_MIRROR and GOROCE_INTEROP_MEM configure the lab;
+// GOROCE_INTEROP_ACCEL=kvm|tcg|auto chooses the accelerator (auto: KVM where a probe guest boots under
+// it, TCG otherwise).
 package main
 
 import (
@@ -26,7 +29,7 @@ import (
 )
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: labctl build | up [N...] | exec [-i] N CMD... | ns CMD... | status | console N | kernel | down [N...]")
+	fmt.Fprintln(os.Stderr, "usage: labctl build | up [N...] | exec [-i] N CMD... | ns CMD... | status | console N | kernel | accel | down [N...]")
 	os.Exit(2)
 }
 
@@ -72,6 +75,17 @@ func main() {
 		}
 	case "kernel":
 		fmt.Println(l.KernelVersion())
+	case "accel":
+		var c lab.AccelChoice
+		if err = l.InstallTools(ctx); err == nil {
+			err = l.Build(ctx)
+		}
+		if err == nil {
+			c, err = l.Accel(ctx)
+		}
+		if err == nil {
+			fmt.Println(c)
+		}
 	case "console":
 		if len(args) != 1 {
 			usage()
