@@ -42,7 +42,7 @@ func newDevices(t testing.TB, mem *conn.MemNetwork, wrap func(conn.Conn) conn.Co
 	open := func(addr netip.Addr) *Device {
 		cfg := Config{Addr: addr}
 		if mem != nil {
-			c, err := mem.Listen(netip.AddrPortFrom(addr, DefaultPort))
+			c, err := mem.Listen(netip.AddrPortFrom(addr, DefaultPort), conn.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -345,7 +345,7 @@ func TestAPIMisuse(t *testing.T) {
 func TestGarbageDropped(t *testing.T) {
 	mem := conn.NewMemNetwork()
 	p := newPair(t, mem, RC, ConnectOptions{})
-	evil, err := mem.Listen(netip.MustParseAddrPort("127.9.9.9:4791"))
+	evil, err := mem.Listen(netip.MustParseAddrPort("127.9.9.9:4791"), conn.Options{})
 	must(t, err)
 	rng := rand.New(rand.NewPCG(1, 2))
 	var msgs []conn.Message
@@ -462,7 +462,7 @@ func TestIPv6MemNetwork(t *testing.T) {
 	mem := conn.NewMemNetwork()
 	open := func(s string) *Device {
 		addr := netip.MustParseAddr(s)
-		c, err := mem.Listen(netip.AddrPortFrom(addr, DefaultPort))
+		c, err := mem.Listen(netip.AddrPortFrom(addr, DefaultPort), conn.Options{})
 		must(t, err)
 		d, err := Open(Config{Addr: addr, Conn: c})
 		must(t, err)

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -44,13 +45,16 @@ func RandomLoss(percent float64, seed uint64) Filter {
 const pcgStream = 0x9e3779b97f4a7c15
 
 // MemNetwork is an in-memory datagram network for tests: endpoints bound to any address,
-// datagrams copied on write into the destination's bounded queue, never blocking the writer.
+// datagrams copied on write into the destination's bounded queue, never blocking the writer. It
+// behaves like Linux on loopback where the device runtime can tell: a GSO write arrives whole
+// at an endpoint with GRO (as one run) and in datagrams elsewhere or through a filter, and a group
+// from ListenShards steers each datagram by its destination QPN.
 //
 // Locks: mu guards the endpoint table and settings; filterMu serializes filter calls and guards
 // scratch; each endpoint's mu guards its queue. Order: filterMu, then mu, then an endpoint's mu.
 type MemNetwork struct {
 	mu       sync.RWMutex
-	conns    map[netip.AddrPort]*memConn
+	conns    map[netip.AddrPort][]*memConn // one Conn, or a ListenShards group in index order
 	nextPort uint16
 	queueLen int
 	batch    int
@@ -66,7 +70,7 @@ type MemNetwork struct {
 // NewMemNetwork returns an empty network with DefaultMemQueueLen queues and DefaultBatchSize.
 func NewMemNetwork() *MemNetwork {
 	return &MemNetwork{
-		conns:    make(map[netip.AddrPort]*memConn),
+		conns:    make(map[netip.AddrPort][]*memConn),
 		nextPort: firstMemPort,
 		queueLen: DefaultMemQueueLen,
 		batch:    DefaultBatchSize,
@@ -100,8 +104,10 @@ func (n *MemNetwork) Stats() Stats {
 	s := n.stats.snapshot()
 	n.mu.RLock()
 	defer n.mu.RUnlock()
-	for _, c := range n.conns {
-		s.DropOverflow += c.stats.dropOverflow.Load()
+	for _, g := range n.conns {
+		for _, c := range g {
+			s.DropOverflow += c.stats.dropOverflow.Load()
+		}
 	}
 	return s
 }
@@ -111,7 +117,25 @@ func (n *MemNetwork) Wait() { n.timers.Wait() }
 
 // Listen binds an endpoint at addr; port 0 picks a free port. No sockets are involved, so any
 // address works; an unspecified address receives datagrams for its port not bound more exactly.
-func (n *MemNetwork) Listen(addr netip.AddrPort) (Conn, error) {
+// Of opts, BatchSize (0: the network's), GSO and GRO count.
+func (n *MemNetwork) Listen(addr netip.AddrPort, opts Options) (Conn, error) {
+	g, err := n.listen(addr, 1, opts)
+	if err != nil {
+		return nil, err
+	}
+	return g[0], nil
+}
+
+// ListenShards binds a group of k endpoints at addr, each datagram going to the endpoint at index
+// ShardOf(datagram, k).
+func (n *MemNetwork) ListenShards(addr netip.AddrPort, k int, opts Options) ([]Conn, error) {
+	if k < 1 || addr.Port() == 0 {
+		return nil, fmt.Errorf("conn: mem listen %v: %d shards on a fixed port wanted", addr, k)
+	}
+	return n.listen(addr, k, opts)
+}
+
+func (n *MemNetwork) listen(addr netip.AddrPort, k int, opts Options) ([]Conn, error) {
 	if !addr.Addr().IsValid() {
 		return nil, fmt.Errorf("conn: mem listen: invalid address %v", addr)
 	}
@@ -136,37 +160,62 @@ func (n *MemNetwork) Listen(addr netip.AddrPort) (Conn, error) {
 	if _, used := n.conns[addr]; used {
 		return nil, fmt.Errorf("conn: mem listen %v: address in use", addr)
 	}
-	c := &memConn{net: n, local: addr, batch: n.batch, q: make([]memDatagram, n.queueLen)}
-	c.cond.L = &c.mu
-	n.conns[addr] = c
-	return c, nil
+	batch := n.batch
+	if opts.BatchSize != 0 {
+		batch = opts.batchSize()
+	}
+	g := make([]*memConn, k)
+	out := make([]Conn, k)
+	for i := range g {
+		c := &memConn{net: n, local: addr, batch: batch, q: make([]memDatagram, n.queueLen), gro: opts.GRO}
+		c.gso.Store(opts.GSO)
+		c.cond.L = &c.mu
+		g[i], out[i] = c, c
+	}
+	n.conns[addr] = g
+	return out, nil
 }
 
-// lookup finds the endpoint for dst. Caller holds n.mu (read).
-func (n *MemNetwork) lookup(dst netip.AddrPort) *memConn {
-	if c := n.conns[dst]; c != nil {
-		return c
+// lookup finds the endpoint for a datagram to dst. Caller holds n.mu (read).
+func (n *MemNetwork) lookup(dst netip.AddrPort, payload []byte) *memConn {
+	g := n.conns[dst]
+	if g == nil {
+		a := dst.Addr().Unmap()
+		unspec := netip.IPv4Unspecified()
+		if a.Is6() {
+			unspec = netip.IPv6Unspecified()
+		}
+		g = n.conns[netip.AddrPortFrom(unspec, dst.Port())]
 	}
-	a := dst.Addr().Unmap()
-	unspec := netip.IPv4Unspecified()
-	if a.Is6() {
-		unspec = netip.IPv6Unspecified()
+	if len(g) == 0 {
+		return nil
 	}
-	return n.conns[netip.AddrPortFrom(unspec, dst.Port())]
+	return g[ShardOf(payload, len(g))]
 }
 
-// send carries one datagram from src; it never blocks on the receiver.
+// send carries a message from src: a datagram, or a GSO run, which travels as one run to an
+// endpoint with GRO when no filter is set and as separate datagrams otherwise. It never blocks on
+// the receiver.
 func (n *MemNetwork) send(m *Message, src netip.AddrPort) {
 	n.mu.RLock()
 	f := n.filter
-	dst := n.lookup(m.Addr)
+	dst := n.lookup(m.Addr, m.Buf)
 	n.mu.RUnlock()
+	if segments(len(m.Buf), m.SegSize) > 1 && (f != nil || dst == nil || !dst.gro) {
+		for b := m.Buf; len(b) > 0; {
+			k := min(m.SegSize, len(b))
+			seg := Message{Buf: b[:k], Addr: m.Addr, TOS: m.TOS}
+			n.send(&seg, src)
+			b = b[k:]
+		}
+		return
+	}
 	if dst == nil {
-		n.stats.dropUnknownDest.Add(1)
+		n.stats.dropUnknownDest.Add(uint64(segments(len(m.Buf), m.SegSize)))
 		return
 	}
 	if f == nil {
-		dst.deliver(m.Buf, src, m.Addr.Addr(), m.TOS)
+		dst.deliver(m.Buf, m.SegSize, src, m.Addr.Addr(), m.TOS)
 		return
 	}
 	n.filterMu.Lock()
@@ -186,48 +235,53 @@ func (n *MemNetwork) send(m *Message, src netip.AddrPort) {
 		time.AfterFunc(v.Delay, func() {
 			defer n.timers.Done()
 			n.mu.RLock()
-			dst := n.lookup(to)
+			dst := n.lookup(to, buf)
 			n.mu.RUnlock()
 			if dst == nil {
 				n.stats.dropUnknownDest.Add(1)
 				return
 			}
 			for range 1 + v.Duplicates {
-				dst.deliver(buf, src, to.Addr(), tos)
+				dst.deliver(buf, 0, src, to.Addr(), tos)
 			}
 		})
 		return
 	}
 	for range 1 + v.Duplicates {
-		dst.deliver(buf, src, fm.Addr.Addr(), fm.TOS)
+		dst.deliver(buf, 0, src, fm.Addr.Addr(), fm.TOS)
 	}
 }
 
-// memDatagram is one queued datagram; its buf is reused by later datagrams in the same slot.
+// memDatagram is one queued datagram or GRO run; its buf is reused by later ones in the same slot.
 type memDatagram struct {
-	buf  []byte
-	from netip.AddrPort
-	to   netip.Addr
-	tos  uint8
+	buf     []byte
+	segSize int
+	from    netip.AddrPort
+	to      netip.Addr
+	tos     uint8
 }
 
 // memConn is an endpoint of a MemNetwork. mu guards the queue (a ring of len(q) slots, n of
-// them full from head) and closed; cond, on mu, wakes a blocked ReadBatch.
+// them full from head), closed and the read deadline; cond, on mu, wakes a blocked ReadBatch.
 type memConn struct {
 	net   *MemNetwork
 	local netip.AddrPort
 	batch int
+	gro   bool
+	gso   atomic.Bool
 	stats counters
 
-	mu     sync.Mutex
-	cond   sync.Cond
-	q      []memDatagram
-	head   int
-	n      int
-	closed bool
+	mu       sync.Mutex
+	cond     sync.Cond
+	q        []memDatagram
+	head     int
+	n        int
+	closed   bool
+	deadline time.Time
+	timer    *time.Timer // broadcasts cond when deadline passes
 }
 
-func (c *memConn) deliver(b []byte, from netip.AddrPort, to netip.Addr, tos uint8) {
+func (c *memConn) deliver(b []byte, segSize int, from netip.AddrPort, to netip.Addr, tos uint8) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -240,15 +294,19 @@ func (c *memConn) deliver(b []byte, from netip.AddrPort, to netip.Addr, tos uint
 	}
 	d := &c.q[(c.head+c.n)%len(c.q)]
 	d.buf = append(d.buf[:0], b...)
-	d.from, d.to, d.tos = from, to, tos
+	d.segSize, d.from, d.to, d.tos = segSize, from, to, tos
 	c.n++
 	c.cond.Signal()
 }
 
-// ReadBatch blocks until a datagram is queued or the endpoint is closed.
+// ReadBatch blocks until a datagram is queued, the read deadline passes or the endpoint is closed.
 func (c *memConn) ReadBatch(msgs []Message) (int, error) {
 	c.mu.Lock()
 	for c.n == 0 && !c.closed {
+		if !c.deadline.IsZero() && !time.Now().Before(c.deadline) {
+			c.mu.Unlock()
+			return 0, ErrDeadline
+		}
 		c.cond.Wait()
 	}
 	if c.closed {
@@ -256,7 +314,7 @@ func (c *memConn) ReadBatch(msgs []Message) (int, error) {
 		return 0, ErrClosed
 	}
 	k := min(len(msgs), c.n, c.batch)
-	var bytes, trunc uint64
+	var bytes, trunc, dgrams uint64
 	for i := range k {
 		d := &c.q[c.head]
 		m := &msgs[i]
@@ -265,15 +323,16 @@ func (c *memConn) ReadBatch(msgs []Message) (int, error) {
 		if m.Truncated {
 			trunc++
 		}
-		m.Addr, m.Local, m.TOS = d.from, d.to, d.tos
+		m.Addr, m.Local, m.TOS, m.SegSize = d.from, d.to, d.tos, d.segSize
 		bytes += uint64(m.N)
+		dgrams += uint64(segments(m.N, m.SegSize))
 		c.head = (c.head + 1) % len(c.q)
 		c.n--
 	}
 	c.mu.Unlock()
 	if k > 0 {
 		c.stats.readBatches.Add(1)
-		c.stats.datagramsIn.Add(uint64(k))
+		c.stats.datagramsIn.Add(dgrams)
 		c.stats.bytesIn.Add(bytes)
 		c.stats.dropTruncated.Add(trunc)
 	}
@@ -281,7 +340,8 @@ func (c *memConn) ReadBatch(msgs []Message) (int, error) {
 }
 
 // WriteBatch copies each datagram to its destination's queue. Datagrams to unbound addresses,
-// filtered out or overflowing the receiver's queue are dropped and counted.
+// filtered out or overflowing the receiver's queue are dropped and counted. A GSO message on an
+// endpoint without GSO ends the call with ErrGSO.
 func (c *memConn) WriteBatch(msgs []Message) (int, error) {
 	c.mu.Lock()
 	closed := c.closed
@@ -289,15 +349,58 @@ func (c *memConn) WriteBatch(msgs []Message) (int, error) {
 	if closed {
 		return 0, ErrClosed
 	}
-	var bytes uint64
+	var bytes, dgrams uint64
+	sent := 0
+	var err error
 	for i := range msgs {
-		c.net.send(&msgs[i], c.local)
-		bytes += uint64(len(msgs[i].Buf))
+		m := &msgs[i]
+		n := segments(len(m.Buf), m.SegSize)
+		if n > 1 && (!c.gso.Load() || n > MaxSegments || len(m.Buf) > MaxGSOSize) {
+			err = fmt.Errorf("%w: %d segments of %d bytes on an endpoint with GSO %v", ErrGSO, n, m.SegSize, c.gso.Load())
+			c.gso.Store(false)
+			c.stats.gsoRefused.Add(1)
+			break
+		}
+		c.net.send(m, c.local)
+		bytes += uint64(len(m.Buf))
+		dgrams += uint64(n)
+		sent++
 	}
 	c.stats.writeBatches.Add(1)
-	c.stats.datagramsOut.Add(uint64(len(msgs)))
+	c.stats.datagramsOut.Add(dgrams)
 	c.stats.bytesOut.Add(bytes)
-	return len(msgs), nil
+	return sent, err
+}
+
+// SetReadDeadline sets the deadline of ReadBatch; see Conn.
+func (c *memConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.deadline = t
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+	if !t.IsZero() {
+		if d := time.Until(t); d > 0 {
+			c.timer = time.AfterFunc(d, func() {
+				c.mu.Lock()
+				c.cond.Broadcast()
+				c.mu.Unlock()
+			})
+		}
+	}
+	c.cond.Broadcast()
+	return nil
+}
+
+// Offload reports GSO and GRO as asked for at Listen (GSO until a write refused it).
+func (c *memConn) Offload() Offload {
+	o := Offload{GRO: c.gro}
+	if c.gso.Load() {
+		o.GSO = MaxSegments
+	}
+	return o
 }
 
 func (c *memConn) LocalAddr() netip.AddrPort { return c.local }
@@ -314,12 +417,31 @@ func (c *memConn) Close() error {
 		return nil
 	}
 	c.closed = true
+	if c.timer != nil {
+		c.timer.Stop()
+	}
 	c.cond.Broadcast()
 	c.mu.Unlock()
+	// The group keeps its other members' indices: datagrams steered to a closed member are lost,
+	// as with a socket that left a reuseport group. The address is free once all have closed.
 	c.net.mu.Lock()
-	if c.net.conns[c.local] == c {
-		delete(c.net.conns, c.local)
+	if g := c.net.conns[c.local]; g != nil {
+		open := false
+		for _, m := range g {
+			if m != c && !m.isClosed() {
+				open = true
+			}
+		}
+		if !open {
+			delete(c.net.conns, c.local)
+		}
 	}
 	c.net.mu.Unlock()
 	return nil
+}
+
+func (c *memConn) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }

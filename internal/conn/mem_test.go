@@ -10,11 +10,11 @@ import (
 
 func memPair(t *testing.T, n *MemNetwork) (a, b Conn) {
 	t.Helper()
-	a, err := n.Listen(netip.MustParseAddrPort("10.0.0.1:4791"))
+	a, err := n.Listen(netip.MustParseAddrPort("10.0.0.1:4791"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err = n.Listen(netip.MustParseAddrPort("10.0.0.2:4791"))
+	b, err = n.Listen(netip.MustParseAddrPort("10.0.0.2:4791"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,12 +55,12 @@ func TestMemDelivery(t *testing.T) {
 
 func TestMemPortZeroAndWildcard(t *testing.T) {
 	n := NewMemNetwork()
-	a, err := n.Listen(netip.MustParseAddrPort("[fd00::1]:0"))
+	a, err := n.Listen(netip.MustParseAddrPort("[fd00::1]:0"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := n.Listen(netip.MustParseAddrPort("[fd00::1]:0"))
+	b, err := n.Listen(netip.MustParseAddrPort("[fd00::1]:0"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,10 +68,10 @@ func TestMemPortZeroAndWildcard(t *testing.T) {
 	if a.LocalAddr().Port() == 0 || a.LocalAddr() == b.LocalAddr() {
 		t.Errorf("ports %v, %v", a.LocalAddr(), b.LocalAddr())
 	}
-	if _, err := n.Listen(a.LocalAddr()); err == nil {
+	if _, err := n.Listen(a.LocalAddr(), Options{}); err == nil {
 		t.Error("second Listen on a bound address succeeded")
 	}
-	w, err := n.Listen(netip.MustParseAddrPort("0.0.0.0:4791"))
+	w, err := n.Listen(netip.MustParseAddrPort("0.0.0.0:4791"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestMemOverflowAndUnknown(t *testing.T) {
 func TestMemClose(t *testing.T) {
 	base := runtime.NumGoroutine()
 	n := NewMemNetwork()
-	c, err := n.Listen(netip.MustParseAddrPort("10.0.0.1:1"))
+	c, err := n.Listen(netip.MustParseAddrPort("10.0.0.1:1"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestMemClose(t *testing.T) {
 		t.Errorf("WriteBatch after Close = %v", err)
 	}
 	// The address is free again.
-	c2, err := n.Listen(c.LocalAddr())
+	c2, err := n.Listen(c.LocalAddr(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

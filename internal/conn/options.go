@@ -32,6 +32,11 @@ type Options struct {
 	// with Message.TOS zero. Without it the control message is only built when TOS is non-zero,
 	// and a TOS of zero sends with the socket's default (zero).
 	AlwaysTOS bool
+	// GSO asks for UDP generic segmentation offload on write (UDP_SEGMENT), where the kernel has
+	// it: see Offload.
+	GSO bool
+	// GRO asks for UDP generic receive offload (UDP_GRO): reads may return coalesced runs.
+	GRO bool
 }
 
 func (o Options) batchSize() int {
@@ -78,6 +83,8 @@ type Stats struct {
 	DropUnknownDest uint64 // in-memory network: nothing bound at the destination
 	DropFiltered    uint64 // in-memory network filter, Lossy: deliberately dropped
 	MarkedCE        uint64 // MarkCE: datagrams whose ECN field was set to CE
+	GSORefused      uint64 // GSO writes the kernel refused, after which the Conn stopped using GSO
+	SteerFailed     uint64 // 1 on the first Conn of a group whose QPN steering the kernel refused
 }
 
 // StatsOf returns c's counters if c keeps any (every Conn this package returns does).
@@ -95,6 +102,7 @@ type counters struct {
 
 	dropTruncated, dropRefused, dropTooBig, dropUnreachable, dropNoBuffer, dropBadAddr atomic.Uint64
 	dropOverflow, dropUnknownDest, dropFiltered, markedCE                              atomic.Uint64
+	gsoRefused, steerFailed                                                            atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -115,6 +123,8 @@ func (c *counters) snapshot() Stats {
 		DropUnknownDest: c.dropUnknownDest.Load(),
 		DropFiltered:    c.dropFiltered.Load(),
 		MarkedCE:        c.markedCE.Load(),
+		GSORefused:      c.gsoRefused.Load(),
+		SteerFailed:     c.steerFailed.Load(),
 	}
 }
 
@@ -136,5 +146,7 @@ func (s Stats) add(t Stats) Stats {
 	s.DropUnknownDest += t.DropUnknownDest
 	s.DropFiltered += t.DropFiltered
 	s.MarkedCE += t.MarkedCE
+	s.GSORefused += t.GSORefused
+	s.SteerFailed += t.SteerFailed
 	return s
 }

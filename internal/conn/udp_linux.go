@@ -3,28 +3,33 @@
 package conn
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// oobSize is the control buffer per received datagram: a TOS/TCLASS message (CmsgSpace(4)) and a
-// PKTINFO message (CmsgSpace(20) for in6_pktinfo), with room to spare.
+// oobSize is the control buffer per received datagram: a TOS/TCLASS message (CmsgSpace(4)), a
+// PKTINFO message (CmsgSpace(20) for in6_pktinfo) and a UDP_GRO message (CmsgSpace(4)), with room
+// to spare.
 const oobSize = 96
 
 // UDPConn is the Linux Conn: an unconnected UDP socket driven with recvmmsg/sendmmsg through
-// the Go netpoller. Each direction owns preallocated mmsghdr, iovec, sockaddr and control
-// arrays, so ReadBatch and WriteBatch allocate nothing in steady state.
+// the Go netpoller, with UDP GSO and GRO where asked for and available. Each direction owns
+// preallocated mmsghdr, iovec, sockaddr and control arrays, so ReadBatch and WriteBatch allocate
+// nothing in steady state.
 //
 // Concurrency: ReadBatch calls serialize on rmu, WriteBatch calls on wmu; a reader and a writer
 // run in parallel. Close may be called from any goroutine, any number of times; it unblocks a
@@ -38,6 +43,8 @@ type UDPConn struct {
 	alwaysTOS bool
 	recvBuf   int // SO_RCVBUF as the kernel reports it
 	sendBuf   int // SO_SNDBUF as the kernel reports it
+	gro       bool
+	gso       atomic.Bool // UDP_SEGMENT works; cleared when the kernel refuses a GSO write
 	closed    atomic.Bool
 	stats     counters
 
@@ -65,9 +72,16 @@ type UDPConn struct {
 var _ Conn = (*UDPConn)(nil)
 
 // Listen opens a RoCEv2 UDP socket bound to addr (normally port 4791; port 0 picks one), with
-// DF set (IP_PMTUDISC_DO, which also makes Linux send IP identification 0 from an unconnected
-// socket, as the RoCEv2 ICRC requires), TOS and destination address reported on receive, and
-// the buffer sizes opts asks for.
+// DF set (IP_PMTUDISC_DO: see the identification facts below), TOS and destination address
+// reported on receive, GSO and GRO where opts asks for them and the kernel has them, and the
+// buffer sizes opts asks for.
+//
+// The IPv4 identification, which the RoCEv2 ICRC covers, as Linux sets it on an unconnected
+// socket with IP_PMTUDISC_DO (read from the wire on loopback, kernels 6.1 and 6.18): a plain
+// datagram carries 0, and the segments of one GSO write carry 0, 1, 2, ... in order, starting
+// again at 0 with every write, because the kernel numbers the segments of a super-packet from its
+// identification (net/ipv4/af_inet.c, inet_gso_segment) when it segments in software. A NIC that
+// segments in hardware numbers them itself.
 func Listen(addr netip.AddrPort, opts Options) (Conn, error) {
 	c, err := ListenUDP(addr, opts)
 	if err != nil {
@@ -76,8 +90,88 @@ func Listen(addr netip.AddrPort, opts Options) (Conn, error) {
 	return c, nil
 }
 
+// UDP is the host's UDP stack as a Network.
+var UDP Network = udpNetwork{}
+
+type udpNetwork struct{}
+
+func (udpNetwork) Listen(addr netip.AddrPort, opts Options) (Conn, error) { return Listen(addr, opts) }
+
+// ListenShards binds n sockets to addr in one SO_REUSEPORT group and attaches a classic BPF program
+// to the group that picks the socket at index QPN mod n (see steerProgram). A datagram reaches the
+// program with the UDP header pulled (net/core/sock_reuseport.c, run_bpf_filter), so offsets count
+// from the UDP payload, where the BTH starts. Where the kernel refuses the program the group keeps
+// the kernel's hash of the 4-tuple.
+func (udpNetwork) ListenShards(addr netip.AddrPort, n int, opts Options) ([]Conn, error) {
+	if n < 1 || addr.Port() == 0 {
+		return nil, fmt.Errorf("conn: listen %v: %d shards on a fixed port wanted", addr, n)
+	}
+	if n == 1 {
+		c, err := Listen(addr, opts)
+		if err != nil {
+			return nil, err
+		}
+		return []Conn{c}, nil
+	}
+	// SO_REUSEPORT would let this group share the address with another process of the same user
+	// that bound it the same way, each silently getting part of the other's traffic. So the address
+	// must first be free for a socket without it.
+	probe, err := ListenUDP(addr, Options{RecvBuffer: -1, SendBuffer: -1, BatchSize: 1})
+	if err != nil {
+		return nil, err
+	}
+	probe.Close()
+	var conns []Conn
+	fail := func(err error) ([]Conn, error) {
+		for _, c := range conns {
+			c.Close()
+		}
+		return nil, err
+	}
+	for range n {
+		c, err := listenUDP(addr, opts, true)
+		if err != nil {
+			return fail(err)
+		}
+		conns = append(conns, c)
+	}
+	c0 := conns[0].(*UDPConn)
+	var serr error
+	if err := c0.raw.Control(func(fd uintptr) { serr = attachSteering(int(fd), n) }); err != nil {
+		serr = err
+	}
+	if serr != nil {
+		c0.stats.steerFailed.Store(1)
+	}
+	return conns, nil
+}
+
+// steerProgram is the classic BPF program of a reuseport group of n sockets: load the BTH's second
+// word, keep its low 24 bits (the destination QPN) and return it mod n. A datagram shorter than
+// the load ends the program with 0: socket 0.
+func steerProgram(n int) []unix.SockFilter {
+	return []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: QPNOffset - 1},
+		{Code: unix.BPF_ALU | unix.BPF_AND | unix.BPF_K, K: 0xffffff},
+		{Code: unix.BPF_ALU | unix.BPF_MOD | unix.BPF_K, K: uint32(n)},
+		{Code: unix.BPF_RET | unix.BPF_A},
+	}
+}
+
+func attachSteering(fd, n int) error {
+	prog := steerProgram(n)
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_CBPF, &fprog)
+	runtime.KeepAlive(prog)
+	return os.NewSyscallError("setsockopt SO_ATTACH_REUSEPORT_CBPF", err)
+}
+
 // ListenUDP is Listen returning the concrete type, for Stats and BufferSizes.
 func ListenUDP(addr netip.AddrPort, opts Options) (*UDPConn, error) {
+	return listenUDP(addr, opts, false)
+}
+
+func listenUDP(addr netip.AddrPort, opts Options, reusePort bool) (*UDPConn, error) {
 	if !addr.IsValid() {
 		return nil, fmt.Errorf("conn: listen: invalid address %v", addr)
 	}
@@ -88,10 +182,23 @@ func ListenUDP(addr netip.AddrPort, opts Options) (*UDPConn, error) {
 	} else {
 		addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
 	}
-	udp, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(addr))
+	lc := net.ListenConfig{}
+	if reusePort {
+		lc.Control = func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			if err := rc.Control(func(fd uintptr) {
+				serr = os.NewSyscallError("setsockopt SO_REUSEPORT", unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1))
+			}); err != nil {
+				return err
+			}
+			return serr
+		}
+	}
+	pc, err := lc.ListenPacket(context.Background(), network, addr.String())
 	if err != nil {
 		return nil, fmt.Errorf("conn: listen: %w", err)
 	}
+	udp := pc.(*net.UDPConn)
 	raw, err := udp.SyscallConn()
 	if err != nil {
 		udp.Close()
@@ -140,6 +247,15 @@ func (c *UDPConn) configure(fd int, opts Options) error {
 			return os.NewSyscallError("setsockopt "+o.what, err)
 		}
 	}
+	// GSO needs no option, only a kernel that knows UDP_SEGMENT (4.18): reading it tells.
+	if opts.GSO {
+		if _, err := unix.GetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_SEGMENT); err == nil {
+			c.gso.Store(true)
+		}
+	}
+	if opts.GRO {
+		c.gro = unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1) == nil
+	}
 	setBuffer(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, opts.recvBuffer())
 	setBuffer(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, opts.sendBuffer())
 	var err error
@@ -169,7 +285,7 @@ func setBuffer(fd, force, plain, size int) {
 func (c *UDPConn) alloc() {
 	n := c.batch
 	c.rhdr, c.riov, c.rname, c.roob = make([]unix.Mmsghdr, n), make([]unix.Iovec, n), make([]unix.RawSockaddrInet6, n), make([]byte, n*oobSize)
-	c.whdr, c.wiov, c.wname, c.woob = make([]unix.Mmsghdr, n), make([]unix.Iovec, n), make([]unix.RawSockaddrInet6, n), make([]byte, n*tosSpace)
+	c.whdr, c.wiov, c.wname, c.woob = make([]unix.Mmsghdr, n), make([]unix.Iovec, n), make([]unix.RawSockaddrInet6, n), make([]byte, n*wctlSpace)
 	for i := range n {
 		h := &c.rhdr[i].Hdr
 		h.Name = (*byte)(unsafe.Pointer(&c.rname[i]))
@@ -188,6 +304,18 @@ func (c *UDPConn) alloc() {
 // BufferSizes returns the socket's SO_RCVBUF and SO_SNDBUF as the kernel reports them, which
 // is twice the payload bytes granted (Linux doubles the request to account for overhead).
 func (c *UDPConn) BufferSizes() (recv, send int) { return c.recvBuf, c.sendBuf }
+
+// Offload reports GSO (MaxSegments per write) while the kernel takes it, and GRO if enabled.
+func (c *UDPConn) Offload() Offload {
+	o := Offload{GRO: c.gro}
+	if c.gso.Load() {
+		o.GSO = MaxSegments
+	}
+	return o
+}
+
+// SetReadDeadline sets the deadline of ReadBatch; see Conn.
+func (c *UDPConn) SetReadDeadline(t time.Time) error { return c.udp.SetReadDeadline(t) }
 
 // recvmmsg is the poller callback of ReadBatch: false asks the poller to wait for readability.
 func (c *UDPConn) recvmmsg(fd uintptr) bool {
@@ -225,17 +353,21 @@ func (c *UDPConn) sendmmsg(fd uintptr) bool {
 	}
 }
 
-// pollErr maps an error of the netpoller (not of the system call) to ErrClosed where it is one.
+// pollErr maps an error of the netpoller (not of the system call) to ErrClosed or ErrDeadline
+// where it is one.
 func (c *UDPConn) pollErr(err error) error {
-	if c.closed.Load() || errors.Is(err, net.ErrClosed) {
+	switch {
+	case c.closed.Load() || errors.Is(err, net.ErrClosed):
 		return ErrClosed
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return ErrDeadline
 	}
 	return err
 }
 
-// ReadBatch blocks until at least one datagram arrives and fills up to min(len(msgs),
-// BatchSize()) of them: Buf[:N], Addr, Local, TOS and Truncated. Each Buf may be filled to its
-// capacity.
+// ReadBatch blocks until at least one datagram arrives, or the read deadline passes, and fills up
+// to min(len(msgs), BatchSize()) of them: Buf[:N], Addr, Local, TOS, Truncated and, for a run GRO
+// coalesced, SegSize. Each Buf may be filled to its capacity.
 func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
@@ -281,7 +413,7 @@ func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
 		return 0, os.NewSyscallError("recvmmsg", c.rerr)
 	}
 	got := c.rgot
-	var bytes, trunc uint64
+	var bytes, trunc, dgrams uint64
 	for i := range got {
 		h := &c.rhdr[i]
 		m := &msgs[i]
@@ -292,10 +424,14 @@ func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
 		}
 		bytes += uint64(m.N)
 		m.Addr = c.sockaddr(&c.rname[i])
-		m.Local, m.TOS = parseControl(c.roob[i*oobSize : i*oobSize+int(h.Hdr.Controllen)])
+		m.Local, m.TOS, m.SegSize = parseControl(c.roob[i*oobSize : i*oobSize+int(h.Hdr.Controllen)])
+		if m.SegSize >= m.N {
+			m.SegSize = 0 // a run of one
+		}
+		dgrams += uint64(segments(m.N, m.SegSize))
 	}
 	c.stats.readBatches.Add(1)
-	c.stats.datagramsIn.Add(uint64(got))
+	c.stats.datagramsIn.Add(dgrams)
 	c.stats.bytesIn.Add(bytes)
 	if trunc > 0 {
 		c.stats.dropTruncated.Add(trunc)
@@ -317,9 +453,9 @@ func (c *UDPConn) sockaddr(sa *unix.RawSockaddrInet6) netip.AddrPort {
 	return netip.AddrPortFrom(a, port)
 }
 
-// parseControl extracts the destination address and TOS from received control messages without
-// allocating (unix.ParseSocketControlMessage allocates).
-func parseControl(b []byte) (local netip.Addr, tos uint8) {
+// parseControl extracts the destination address, TOS and GRO segment size from received control
+// messages without allocating (unix.ParseSocketControlMessage allocates).
+func parseControl(b []byte) (local netip.Addr, tos uint8, segSize int) {
 	hdr := unix.CmsgLen(0)
 	for len(b) >= hdr {
 		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
@@ -337,6 +473,8 @@ func parseControl(b []byte) (local netip.Addr, tos uint8) {
 			tos = uint8(binary.NativeEndian.Uint32(data))
 		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_PKTINFO && len(data) >= unix.SizeofInet6Pktinfo:
 			local = netip.AddrFrom16(([16]byte)(data[:16]))
+		case h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO && len(data) >= 4:
+			segSize = int(binary.NativeEndian.Uint32(data)) // net/ipv4/udp.c udp_cmsg_recv: an int
 		}
 		next := unix.CmsgSpace(l - hdr)
 		if next >= len(b) {
@@ -344,16 +482,20 @@ func parseControl(b []byte) (local netip.Addr, tos uint8) {
 		}
 		b = b[next:]
 	}
-	return local, tos
+	return local, tos, segSize
 }
 
-// tosSpace is the control buffer per sent datagram: one IP_TOS or IPV6_TCLASS int.
-var tosSpace = unix.CmsgSpace(4)
+// The control buffer per sent message: an IP_TOS or IPV6_TCLASS int and a UDP_SEGMENT uint16.
+var (
+	tosSpace  = unix.CmsgSpace(4)
+	wctlSpace = tosSpace + unix.CmsgSpace(2)
+)
 
-// WriteBatch sends msgs in order in system calls of up to BatchSize datagrams and returns how
+// WriteBatch sends msgs in order in system calls of up to BatchSize messages and returns how
 // many were sent. Datagrams the kernel refuses individually (EMSGSIZE, ECONNREFUSED,
 // unreachable, ENOBUFS) or that have an unusable destination are counted as sent and dropped,
-// by reason in Stats; only errors concerning the socket are returned.
+// by reason in Stats; a GSO message the kernel refuses ends the call with ErrGSO; other errors
+// concern the socket.
 func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -367,8 +509,13 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 			k++
 		}
 		if k == 0 {
-			c.stats.dropBadAddr.Add(1)
-			c.stats.datagramsOut.Add(1)
+			m := &msgs[sent]
+			n := segments(len(m.Buf), m.SegSize)
+			if n > 1 && !c.gso.Load() {
+				return sent, fmt.Errorf("%w: GSO is off on this socket", ErrGSO)
+			}
+			c.stats.dropBadAddr.Add(uint64(n))
+			c.stats.datagramsOut.Add(uint64(n))
 			sent++
 			continue
 		}
@@ -381,20 +528,29 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 			return sent, c.pollErr(err)
 		}
 		c.stats.writeBatches.Add(1)
-		var bytes uint64
+		var bytes, dgrams uint64
 		for i := range c.wgot {
-			bytes += uint64(len(msgs[sent+i].Buf))
+			m := &msgs[sent+i]
+			bytes += uint64(len(m.Buf))
+			dgrams += uint64(segments(len(m.Buf), m.SegSize))
 		}
 		c.stats.bytesOut.Add(bytes)
-		c.stats.datagramsOut.Add(uint64(c.wgot))
+		c.stats.datagramsOut.Add(dgrams)
 		sent += c.wgot
 		if c.werr == 0 {
 			continue
 		}
-		// The datagram at msgs[sent] failed with werr.
+		// The message at msgs[sent] failed with werr.
+		m := &msgs[sent]
+		if segments(len(m.Buf), m.SegSize) > 1 && gsoRefused(c.werr) {
+			c.gso.Store(false)
+			c.stats.gsoRefused.Add(1)
+			return sent, fmt.Errorf("%w: %v", ErrGSO, c.werr)
+		}
 		if ctr := c.dropCounter(c.werr); ctr != nil {
-			ctr.Add(1)
-			c.stats.datagramsOut.Add(1)
+			n := uint64(segments(len(m.Buf), m.SegSize))
+			ctr.Add(n)
+			c.stats.datagramsOut.Add(n)
 			sent++
 			continue
 		}
@@ -405,6 +561,9 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 
 // prepareWrite fills header slot i for m, or reports false if m's destination is unusable.
 func (c *UDPConn) prepareWrite(i int, m *Message) bool {
+	if segments(len(m.Buf), m.SegSize) > 1 && !c.gso.Load() {
+		return false
+	}
 	sa := &c.wname[i]
 	h := &c.whdr[i].Hdr
 	a := m.Addr.Addr()
@@ -434,11 +593,9 @@ func (c *UDPConn) prepareWrite(i int, m *Message) bool {
 	}
 	iov.SetLen(len(m.Buf))
 
-	if m.TOS == 0 && !c.alwaysTOS {
-		h.Control = nil
-		h.SetControllen(0)
-	} else {
-		oob := c.woob[i*tosSpace : (i+1)*tosSpace]
+	oob := c.woob[i*wctlSpace : (i+1)*wctlSpace]
+	n := 0
+	if m.TOS != 0 || c.alwaysTOS {
 		ch := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
 		ch.Level, ch.Type = unix.IPPROTO_IP, unix.IP_TOS
 		if c.v6 {
@@ -446,10 +603,34 @@ func (c *UDPConn) prepareWrite(i int, m *Message) bool {
 		}
 		ch.SetLen(unix.CmsgLen(4))
 		binary.NativeEndian.PutUint32(oob[unix.CmsgLen(0):], uint32(m.TOS))
-		h.Control = &oob[0]
-		h.SetControllen(tosSpace)
+		n = tosSpace
 	}
+	if segments(len(m.Buf), m.SegSize) > 1 {
+		ch := (*unix.Cmsghdr)(unsafe.Pointer(&oob[n]))
+		ch.Level, ch.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
+		ch.SetLen(unix.CmsgLen(2))
+		binary.NativeEndian.PutUint16(oob[n+unix.CmsgLen(0):], uint16(m.SegSize))
+		n += unix.CmsgSpace(2)
+	}
+	if n == 0 {
+		h.Control = nil
+	} else {
+		h.Control = &oob[0]
+	}
+	h.SetControllen(n)
 	return true
+}
+
+// gsoRefused reports the errors with which the kernel refuses a GSO write it cannot do at all:
+// EIO where the route's device cannot checksum it (net/ipv4/udp.c, udp_send_skb), EINVAL for a
+// segment larger than the path MTU or a socket without checksums, and EOPNOTSUPP or ENOPROTOOPT
+// where UDP_SEGMENT is unknown.
+func gsoRefused(e unix.Errno) bool {
+	switch e {
+	case unix.EIO, unix.EINVAL, unix.EOPNOTSUPP, unix.ENOPROTOOPT:
+		return true
+	}
+	return false
 }
 
 // scopeID resolves an IPv6 zone (an interface name or index) to a scope ID; 0 if unknown.

@@ -302,3 +302,35 @@ func ExampleListen() {
 	fmt.Println(c.BatchSize())
 	// Output: 64
 }
+
+// TestGSORefusedByKernel makes the kernel refuse a GSO write (a socket without UDP checksums cannot
+// segment: net/ipv4/udp.c, udp_send_skb returns EINVAL) and checks that WriteBatch reports ErrGSO at
+// that message, having sent the ones before it, and that the Conn stops offering GSO.
+func TestGSORefusedByKernel(t *testing.T) {
+	a, b := udpPair(t, loop4, Options{GSO: true})
+	if a.Offload().GSO == 0 {
+		t.Skip("no UDP GSO in this kernel")
+	}
+	if err := a.raw.Control(func(fd uintptr) {
+		if err := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_NO_CHECK, 1); err != nil {
+			t.Fatal(err)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	msgs := []Message{
+		{Buf: payload(1, 100), Addr: b.LocalAddr()},
+		{Buf: run(4, 300, 300), Addr: b.LocalAddr(), SegSize: 300},
+	}
+	n, err := a.WriteBatch(msgs)
+	if n != 1 || !errors.Is(err, ErrGSO) {
+		t.Fatalf("WriteBatch = %d, %v; want 1, ErrGSO", n, err)
+	}
+	if a.Offload().GSO != 0 {
+		t.Error("Offload still reports GSO after the kernel refused it")
+	}
+	if st := a.Stats(); st.GSORefused != 1 {
+		t.Errorf("GSORefused = %d, want 1", st.GSORefused)
+	}
+	checkDatagram(t, readN(t, b, 1, 2048)[0], msgs[0].Buf, a.LocalAddr())
+}

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // UDPConn is the portable Conn: one datagram per system call through net.UDPConn, without
@@ -40,6 +42,25 @@ func Listen(addr netip.AddrPort, opts Options) (Conn, error) {
 	return c, nil
 }
 
+// UDP is the host's UDP stack as a Network.
+var UDP Network = udpNetwork{}
+
+type udpNetwork struct{}
+
+func (udpNetwork) Listen(addr netip.AddrPort, opts Options) (Conn, error) { return Listen(addr, opts) }
+
+// ListenShards binds one socket: steering by QPN needs Linux's reuseport BPF.
+func (udpNetwork) ListenShards(addr netip.AddrPort, n int, opts Options) ([]Conn, error) {
+	if n != 1 {
+		return nil, fmt.Errorf("conn: listen %v with %d shards: %w", addr, n, errors.ErrUnsupported)
+	}
+	c, err := Listen(addr, opts)
+	if err != nil {
+		return nil, err
+	}
+	return []Conn{c}, nil
+}
+
 // ListenUDP is Listen returning the concrete type, for Stats and BufferSizes.
 func ListenUDP(addr netip.AddrPort, opts Options) (*UDPConn, error) {
 	if !addr.IsValid() {
@@ -68,11 +89,20 @@ func ListenUDP(addr netip.AddrPort, opts Options) (*UDPConn, error) {
 func (c *UDPConn) BufferSizes() (recv, send int) { return c.recvBuf, c.sendBuf }
 
 func (c *UDPConn) mapErr(err error) error {
-	if c.closed.Load() || errors.Is(err, net.ErrClosed) {
+	switch {
+	case c.closed.Load() || errors.Is(err, net.ErrClosed):
 		return ErrClosed
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return ErrDeadline
 	}
 	return err
 }
+
+// Offload reports no offloads: the portable path sends and receives single datagrams.
+func (c *UDPConn) Offload() Offload { return Offload{} }
+
+// SetReadDeadline sets the deadline of ReadBatch; see Conn.
+func (c *UDPConn) SetReadDeadline(t time.Time) error { return c.udp.SetReadDeadline(t) }
 
 // ReadBatch blocks for one datagram and returns it; the portable path reads one at a time.
 func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
@@ -89,7 +119,7 @@ func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
 	if err != nil {
 		return 0, c.mapErr(err)
 	}
-	m.N, m.Addr, m.Local, m.TOS, m.Truncated = n, netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port()), netip.Addr{}, 0, false
+	m.N, m.Addr, m.Local, m.TOS, m.Truncated, m.SegSize = n, netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port()), netip.Addr{}, 0, false, 0
 	c.stats.readBatches.Add(1)
 	c.stats.datagramsIn.Add(1)
 	c.stats.bytesIn.Add(uint64(n))
@@ -105,6 +135,9 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 	}
 	for i := range msgs {
 		m := &msgs[i]
+		if segments(len(m.Buf), m.SegSize) > 1 {
+			return i, fmt.Errorf("%w: no GSO off Linux", ErrGSO)
+		}
 		c.stats.writeBatches.Add(1)
 		c.stats.datagramsOut.Add(1)
 		if !m.Addr.IsValid() {
