@@ -12,23 +12,26 @@
 //	// exchange qp.Info() with the peer out of band, then:
 //	qp.Connect(peerInfo, goroce.ConnectOptions{})
 //
-// Concurrency: every method is safe for concurrent use. Inside, each QP is owned by one shard
-// goroutine that runs its engine; API calls take the QP's lock only to hand work to the engine.
+// Concurrency: every method is safe for concurrent use. Inside (package internal/datapath), each QP
+// lives on one of the device's shards, which receives its packets and keeps its timers, and sends from
+// one of the device's source ports; whoever has work for a QP runs its engine under the QP's lock.
+// A goroutine blocked in CQ.Wait on a CQ whose QPs share a shard drives that shard itself, so that it
+// is the one the kernel wakes when a reply arrives.
 package goroce
 
 import (
-	crand "crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/internal/conn"
+	"github.com/goroce/goroce/internal/datapath"
 	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
@@ -36,11 +39,11 @@ import (
 
 // Errors of the device API. They match with errors.Is.
 var (
-	ErrClosed     = errors.New("goroce: closed")
+	ErrClosed     = datapath.ErrClosed
 	ErrBusy       = errors.New("goroce: resource still in use")
-	ErrBadConfig  = errors.New("goroce: invalid configuration")
+	ErrBadConfig  = datapath.ErrBadConfig
 	ErrForeign    = errors.New("goroce: object belongs to another device or protection domain")
-	ErrTooManyQPs = errors.New("goroce: too many queue pairs")
+	ErrTooManyQPs = datapath.ErrTooManyQPs
 )
 
 // DefaultPort is the RoCEv2 UDP port. IBTA Annex A17.
@@ -50,12 +53,24 @@ const DefaultPort = wire.UDPPort
 type Config struct {
 	// Addr is the local IP address the device binds to and derives its GID from. Required.
 	Addr netip.Addr
-	// Port is the UDP port the device binds to and sends to on its peers: 4791 unless set.
+	// Port is the UDP port the device receives on and sends to on its peers: 4791 unless set.
 	Port uint16
 	// Clock is where the device reads the time; RealClock unless set.
 	Clock Clock
-	// Shards is the number of goroutines that own and run queue pairs; 1 unless set.
+	// Shards is the number of receive sockets and the goroutines that drive them, each with the
+	// queue pairs placed on it: GOMAXPROCS, at most 4, unless set. The kernel steers every packet to
+	// the shard of its destination QP (SO_REUSEPORT with a BPF program), so the shards run on
+	// different cores without sharing a QP.
 	Shards int
+	// SourcePorts bounds the UDP source ports the device sends from, one socket each: 16 unless set.
+	// Each QP sends from one of them, chosen by its QPN, as rxe maps QPNs to source ports, so that
+	// ECMP fabrics and receive-side steering see one flow per QP and different QPs spread.
+	SourcePorts int
+	// GSO chooses whether runs of equal-sized packets leave in one UDP GSO write: GSOAuto unless set.
+	// The environment variable GOROCE_GSO=off (or on) overrides it.
+	GSO GSOMode
+	// NoGRO turns UDP GRO off on the receive sockets.
+	NoGRO bool
 	// RecvBuffer is the socket receive buffer in bytes (SO_RCVBUF, or SO_RCVBUFFORCE when permitted).
 	RecvBuffer int
 	// MaxQPs bounds the queue pairs of the device; 65536 unless set.
@@ -80,9 +95,39 @@ type Config struct {
 	// DCQCN paper section 3.2.
 	CNPInterval time.Duration
 
-	// Conn replaces the UDP socket. Its type is internal: it is for goroce's own tests and tools
-	// (an in-memory network, a lossy wrapper); programs leave it nil.
-	Conn conn.Conn
+	// Network replaces the host's UDP sockets. Its type is internal: it is for goroce's own tests and
+	// tools (an in-memory network, a lossy wrapper); programs leave it nil.
+	Network conn.Network
+}
+
+// GSOMode says whether a device sends runs of equal-sized packets (the middle packets of a message,
+// READ responses) in one UDP GSO write instead of one system call per packet.
+type GSOMode uint8
+
+// GSO modes.
+const (
+	// GSOAuto uses GSO where the kernel has it, toward destinations whose egress device cuts the run
+	// into packets in software. The RoCEv2 ICRC covers the IPv4 identification, which the kernel
+	// numbers 0, 1, 2... along a run it segments itself; a NIC that segments in hardware numbers them
+	// as it likes, and full-ICRC receivers (rxe, RoCE NICs) would drop the packets.
+	GSOAuto GSOMode = iota
+	// GSOOff sends one datagram per packet.
+	GSOOff
+	// GSOOn uses GSO wherever the kernel has it.
+	GSOOn
+)
+
+// gsoFromEnv applies GOROCE_GSO: off, on or auto.
+func gsoFromEnv(m GSOMode) GSOMode {
+	switch strings.ToLower(os.Getenv("GOROCE_GSO")) {
+	case "off", "0", "false":
+		return GSOOff
+	case "on", "1", "true":
+		return GSOOn
+	case "auto":
+		return GSOAuto
+	}
+	return m
 }
 
 // ICRCMode says how a device verifies the ICRC of received packets. A UDP socket does not show the
@@ -92,15 +137,17 @@ type ICRCMode uint8
 // ICRC modes.
 const (
 	// ICRCRecoverID checks the ICRC against the IP header as the receiver knows it, first with the
-	// identification goroce peers send (0, with DF), then reconstructing the sender's identification
-	// from the CRC, which is linear (wire.IDRecovery). IPv6 has no identification: its check is always
-	// complete. For IPv4 the check keeps 16 of its 32 bits of strength against random corruption
-	// (measured: 2^-16.2 false accepts), detects every single-bit error in any RoCE-sized packet, and
-	// requires DF, which rxe, ConnectX NICs and goroce all set. The identification itself is covered by
-	// the IPv4 header checksum, which the kernel verifies.
+	// identification goroce peers send (0 for a datagram, i for the i-th packet of a GSO run, with DF),
+	// then reconstructing the sender's identification from the CRC, which is linear (wire.IDRecovery).
+	// IPv6 has no identification: its check is always complete. For IPv4 the check keeps 16 of its 32
+	// bits of strength against random corruption (measured: 2^-16.2 false accepts), detects every
+	// single-bit error in any RoCE-sized packet, and requires DF, which rxe, ConnectX NICs and goroce
+	// all set. The identification itself is covered by the IPv4 header checksum, which the kernel
+	// verifies.
 	ICRCRecoverID ICRCMode = iota
-	// ICRCStrict accepts only packets whose ICRC matches identification 0 with DF: goroce peers and
-	// other senders that use IP_PMTUDISC_DO. rxe's packets fail it.
+	// ICRCStrict accepts only packets whose ICRC matches with DF and identification 0, or i for the
+	// i-th packet of a run the kernel delivered coalesced (GRO): goroce peers on the same host, and
+	// senders that use IP_PMTUDISC_DO without GSO. rxe's packets fail it.
 	ICRCStrict
 	// ICRCOff skips the check. For debugging only.
 	ICRCOff
@@ -108,27 +155,17 @@ const (
 
 // Device is one software RDMA NIC bound to an IP address and UDP port.
 type Device struct {
-	cfg    Config
-	conn   conn.Conn
-	clock  Clock
-	mem    *mr.Table
-	local  netip.AddrPort
-	gid    GID
-	shards []*shard
+	cfg   Config
+	dp    *datapath.Datapath
+	clock Clock
+	mem   *mr.Table
+	local netip.AddrPort
+	gid   GID
 
-	qps     sync.Map // wire.QPN -> *QP
-	nqps    atomic.Int64
-	woke    atomic.Bool // a CQ woke a waiting goroutine; the receive loop yields to it
-	txMu    sync.Mutex  // held from building packets to sending them: packets leave in PSN order
 	closing atomic.Bool
-	done    chan struct{}
-	wg      sync.WaitGroup
 
-	mu      sync.Mutex // guards the fields below
-	rng     *rand.Rand
+	mu      sync.Mutex // guards objects
 	objects map[closer]struct{}
-
-	stats deviceStats
 }
 
 type closer interface{ close() }
@@ -141,23 +178,15 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.Port == 0 {
 		cfg.Port = DefaultPort
 	}
+	_, real := cfg.Clock.(RealClock)
 	if cfg.Clock == nil {
-		cfg.Clock = RealClock{}
-	}
-	if cfg.Shards <= 0 {
-		cfg.Shards = 1
-	}
-	if cfg.MaxQPs <= 0 {
-		cfg.MaxQPs = 1 << 16
+		cfg.Clock, real = RealClock{}, true
 	}
 	switch {
 	case cfg.AckDelay == 0:
 		cfg.AckDelay = 25 * time.Microsecond
 	case cfg.AckDelay < 0:
 		cfg.AckDelay = 0
-	}
-	if cfg.CNPInterval <= 0 {
-		cfg.CNPInterval = congestion.DefaultCNPInterval
 	}
 	if cfg.DCQCN != nil {
 		if err := cfg.DCQCN.Validate(); err != nil {
@@ -167,61 +196,61 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.RecvBuffer <= 0 {
 		cfg.RecvBuffer = 8 << 20
 	}
-	c := cfg.Conn
-	if c == nil {
-		var err error
-		c, err = conn.Listen(netip.AddrPortFrom(cfg.Addr, cfg.Port), conn.Options{RecvBuffer: cfg.RecvBuffer})
-		if err != nil {
-			return nil, err
-		}
+	cfg.GSO = gsoFromEnv(cfg.GSO)
+	local := netip.AddrPortFrom(cfg.Addr, cfg.Port)
+	d := &Device{cfg: cfg, clock: cfg.Clock, mem: mr.NewTable(), local: local, gid: GIDFromAddr(cfg.Addr),
+		objects: map[closer]struct{}{}}
+	dcfg := datapath.Config{
+		Network: cfg.Network, Addr: local, Shards: cfg.Shards, SourcePorts: cfg.SourcePorts,
+		GSO: datapath.GSOMode(cfg.GSO), NoGRO: cfg.NoGRO, RecvBuffer: cfg.RecvBuffer, MaxQPs: cfg.MaxQPs,
+		ICRC: datapath.ICRCMode(cfg.ICRC), Clock: clockAdapter{cfg.Clock}, RealClock: real,
+		CNPInterval: cfg.CNPInterval,
 	}
-	var seed [32]byte
-	_, _ = crand.Read(seed[:])
-	d := &Device{
-		cfg:     cfg,
-		conn:    c,
-		clock:   cfg.Clock,
-		mem:     mr.NewTable(),
-		local:   netip.AddrPortFrom(cfg.Addr, cfg.Port),
-		gid:     GIDFromAddr(cfg.Addr),
-		done:    make(chan struct{}),
-		rng:     rand.New(rand.NewChaCha8(seed)),
-		objects: map[closer]struct{}{},
+	if cfg.Tracer != nil {
+		dcfg.Tracer = tracerAdapter{cfg.Tracer}
 	}
-	for i := 0; i < cfg.Shards; i++ {
-		s := newShard(d)
-		d.shards = append(d.shards, s)
-		d.wg.Add(1)
-		go s.run()
+	dp, err := datapath.Open(dcfg)
+	if err != nil {
+		return nil, fmt.Errorf("goroce: opening %v: %w", local, err)
 	}
-	d.wg.Add(1)
-	go d.rxLoop()
+	d.dp = dp
 	return d, nil
+}
+
+// clockAdapter gives the datapath the device's Clock.
+type clockAdapter struct{ c Clock }
+
+func (a clockAdapter) Now() time.Time                          { return a.c.Now() }
+func (a clockAdapter) NewTimer(d time.Duration) datapath.Timer { return a.c.NewTimer(d) }
+
+// tracerAdapter gives the datapath the device's Tracer.
+type tracerAdapter struct{ t Tracer }
+
+func (a tracerAdapter) TracePacket(sent bool, at time.Time, from, to netip.AddrPort, p wire.Packet) {
+	dir := Received
+	if sent {
+		dir = Sent
+	}
+	a.t.Packet(TraceEvent{Dir: dir, At: at, From: from, To: to, Packet: p})
 }
 
 // GID returns the device's GID: its address as an IPv6 or IPv4-mapped address. It mirrors
 // ibv_query_gid with index 0.
 func (d *Device) GID() GID { return d.gid }
 
-// LocalAddr returns the UDP address the device is bound to.
+// LocalAddr returns the UDP address the device receives on.
 func (d *Device) LocalAddr() netip.AddrPort { return d.local }
 
 // Memory returns the device's memory region table, for code that drives the engines directly.
 func (d *Device) Memory() *mr.Table { return d.mem }
 
 // Close stops the device: every queue pair is flushed (outstanding work requests complete with
-// WR_FLUSH_ERR), the socket is closed and every goroutine has ended when it returns.
+// WR_FLUSH_ERR), the sockets are closed and every goroutine has ended when it returns.
 func (d *Device) Close() error {
 	if d.closing.Swap(true) {
 		return nil
 	}
-	d.qps.Range(func(_, v any) bool {
-		v.(*QP).shutdown()
-		return true
-	})
-	close(d.done)
-	err := d.conn.Close()
-	d.wg.Wait()
+	err := d.dp.Close()
 	d.mu.Lock()
 	objs := d.objects
 	d.objects = map[closer]struct{}{}
@@ -244,39 +273,6 @@ func (d *Device) untrack(o closer) {
 	d.mu.Unlock()
 }
 
-// allocQPN returns an unused, unpredictable QPN, never 0 or 1 (the special QPs). IBTA Vol 1 chapter 13.
-func (d *Device) allocQPN() (wire.QPN, error) {
-	if d.nqps.Load() >= int64(d.cfg.MaxQPs) {
-		return 0, ErrTooManyQPs
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for {
-		n := wire.QPN(d.rng.Uint32() & wire.PSNMask)
-		if n <= wire.QPNGSI {
-			continue
-		}
-		if _, used := d.qps.Load(n); !used {
-			return n, nil
-		}
-	}
-}
-
-// randomPSN returns a random 24-bit starting PSN, as ibv_rc_pingpong picks with lrand48.
-func (d *Device) randomPSN() wire.PSN {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return wire.PSN(d.rng.Uint32() & wire.PSNMask)
-}
-
-// deviceStats are the device's counters outside any QP.
-type deviceStats struct {
-	rxPackets, rxBytes, txPackets, txBytes                        atomic.Uint64
-	dropMalformed, dropICRC, dropUnknownQPN, dropWrongPeer        atomic.Uint64
-	dropInboxFull, dropTruncated, dropClosed, dropNoRoute, rxBusy atomic.Uint64
-	cnpSent, ceRcvd                                               atomic.Uint64
-}
-
 // Stats are a device's counters: its own, and the sum of its queue pairs' (see qp.Counters for those).
 type Stats struct {
 	RxPackets, RxBytes, TxPackets, TxBytes uint64
@@ -284,57 +280,31 @@ type Stats struct {
 	DropICRC                               uint64 // ICRC mismatch
 	DropUnknownQPN                         uint64 // no QP with the destination QPN
 	DropWrongPeer                          uint64 // an RC/UC packet from another address than the QP's peer
-	DropInboxFull                          uint64 // the owning shard's inbox was full
 	DropTruncated                          uint64 // datagram larger than a receive buffer
 	DropNoRoute                            uint64 // a packet to a GID with no usable address
 	CERcvd                                 uint64 // packets that arrived marked Congestion Experienced
 	CNPSent                                uint64 // congestion notification packets sent (DCQCN notification point)
+	TxGSO                                  uint64 // GSO writes: runs of packets sent with one system call
+	GSOFallback                            uint64 // GSO writes the kernel refused, sent again packet by packet
+	RxGRO                                  uint64 // coalesced runs received (UDP GRO)
+	DrivenWaits                            uint64 // CQ waits that drove their shard (no hand-off on the way to them)
+	ParkedWaits                            uint64 // CQ waits that parked until another goroutine's completion woke them
 	QP                                     qp.Counters
 }
 
 // Stats returns a snapshot of the device's counters.
 func (d *Device) Stats() Stats {
-	s := &d.stats
+	s := d.dp.Stats()
 	out := Stats{
-		RxPackets: s.rxPackets.Load(), RxBytes: s.rxBytes.Load(), TxPackets: s.txPackets.Load(), TxBytes: s.txBytes.Load(),
-		DropMalformed: s.dropMalformed.Load(), DropICRC: s.dropICRC.Load(), DropUnknownQPN: s.dropUnknownQPN.Load(),
-		DropWrongPeer: s.dropWrongPeer.Load(), DropInboxFull: s.dropInboxFull.Load(), DropTruncated: s.dropTruncated.Load(),
-		DropNoRoute: s.dropNoRoute.Load(), CERcvd: s.ceRcvd.Load(), CNPSent: s.cnpSent.Load(),
+		RxPackets: s.RxPackets, RxBytes: s.RxBytes, TxPackets: s.TxPackets, TxBytes: s.TxBytes,
+		DropMalformed: s.DropMalformed, DropICRC: s.DropICRC, DropUnknownQPN: s.DropUnknownQPN,
+		DropWrongPeer: s.DropWrongPeer, DropTruncated: s.DropTruncated, DropNoRoute: s.DropNoRoute,
+		CERcvd: s.CERcvd, CNPSent: s.CNPSent, TxGSO: s.TxGSO, GSOFallback: s.GSOFallback, RxGRO: s.RxGRO,
+		DrivenWaits: s.DrivenWaits, ParkedWaits: s.ParkedWaits,
 	}
-	d.qps.Range(func(_, v any) bool {
-		c := v.(*QP).Counters()
+	d.dp.QPs(func(q *datapath.QP) {
+		c := q.Counters()
 		out.QP.Add(&c)
-		return true
 	})
 	return out
-}
-
-// rxBufSize holds the largest RoCEv2 datagram: headers, a 4096-byte payload, pad and ICRC.
-const rxBufSize = 4096 + 256
-
-// ipv4Template writes the IPv4 header a RoCEv2 packet of n transport bytes travels in, with
-// identification 0 and DF as goroce sends it; TOS, TTL and checksum are masked by the ICRC.
-func ipv4Template(h *[20]byte, src, dst netip.Addr, n int) {
-	*h = [20]byte{0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17}
-	binary.BigEndian.PutUint16(h[2:], uint16(20+wire.UDPHeaderLen+n))
-	s, t := src.As4(), dst.As4()
-	copy(h[12:], s[:])
-	copy(h[16:], t[:])
-}
-
-// ipv6Template writes the IPv6 header of a RoCEv2 packet of n transport bytes.
-func ipv6Template(h *[40]byte, src, dst netip.Addr, n int) {
-	*h = [40]byte{0x60}
-	binary.BigEndian.PutUint16(h[4:], uint16(wire.UDPHeaderLen+n))
-	h[6], h[7] = 17, 64
-	s, t := src.As16(), dst.As16()
-	copy(h[8:], s[:])
-	copy(h[24:], t[:])
-}
-
-func udpTemplate(h *[8]byte, sport, dport uint16, n int) {
-	binary.BigEndian.PutUint16(h[0:], sport)
-	binary.BigEndian.PutUint16(h[2:], dport)
-	binary.BigEndian.PutUint16(h[4:], uint16(wire.UDPHeaderLen+n))
-	h[6], h[7] = 0, 0
 }

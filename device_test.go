@@ -42,21 +42,14 @@ func newDevices(t testing.TB, mem *conn.MemNetwork, wrap func(conn.Conn) conn.Co
 	open := func(addr netip.Addr) *Device {
 		cfg := Config{Addr: addr}
 		if mem != nil {
-			c, err := mem.Listen(netip.AddrPortFrom(addr, DefaultPort), conn.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.Conn = c
+			cfg.Network = mem
 		}
 		if wrap != nil {
-			if cfg.Conn == nil {
-				c, err := conn.Listen(netip.AddrPortFrom(addr, DefaultPort), conn.Options{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				cfg.Conn = c
+			base := conn.UDP
+			if mem != nil {
+				base = mem
 			}
-			cfg.Conn = wrap(cfg.Conn)
+			cfg.Network = conn.WrapNetwork(base, wrap)
 		}
 		d, err := Open(cfg)
 		if err != nil {
@@ -360,11 +353,8 @@ func TestGarbageDropped(t *testing.T) {
 	for _, qpn := range []wire.QPN{0x777, p.qb.QPN()} { // unknown QPN; the QP, from a stranger
 		f := wire.Fields{BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: qpn}}
 		pkt, _ := wire.Append(nil, &f, []byte("hi"))
-		var ip [20]byte
-		var udp [8]byte
-		ipv4Template(&ip, evil.LocalAddr().Addr(), p.b.LocalAddr().Addr(), len(pkt))
-		udpTemplate(&udp, 4791, 4791, len(pkt))
-		must(t, wire.SetICRC(ip[:], udp[:], pkt))
+		ip, udp := headers(evil.LocalAddr(), p.b.LocalAddr(), len(pkt))
+		must(t, wire.SetICRC(ip, udp, pkt))
 		msgs = append(msgs, conn.Message{Buf: pkt, Addr: p.b.LocalAddr()})
 	}
 	for len(msgs) > 0 {
@@ -462,9 +452,7 @@ func TestIPv6MemNetwork(t *testing.T) {
 	mem := conn.NewMemNetwork()
 	open := func(s string) *Device {
 		addr := netip.MustParseAddr(s)
-		c, err := mem.Listen(netip.AddrPortFrom(addr, DefaultPort), conn.Options{})
-		must(t, err)
-		d, err := Open(Config{Addr: addr, Conn: c})
+		d, err := Open(Config{Addr: addr, Network: mem})
 		must(t, err)
 		t.Cleanup(func() { d.Close() })
 		return d
@@ -506,13 +494,11 @@ func TestDCQCNLoopback(t *testing.T) {
 	a, b := loopbackAddrs()
 	params := congestion.DefaultParams(10e9)
 	open := func(addr netip.Addr, mark bool) *Device {
-		c, err := conn.Listen(netip.AddrPortFrom(addr, DefaultPort), conn.Options{})
-		must(t, err)
-		var cc conn.Conn = c
+		cfg := Config{Addr: addr, DCQCN: &params}
 		if mark {
-			cc = conn.MarkCE(c, 20, 1)
+			cfg.Network = conn.WrapNetwork(conn.UDP, func(c conn.Conn) conn.Conn { return conn.MarkCE(c, 20, 1) })
 		}
-		d, err := Open(Config{Addr: addr, Conn: cc, DCQCN: &params})
+		d, err := Open(cfg)
 		must(t, err)
 		t.Cleanup(func() { d.Close() })
 		return d
@@ -596,4 +582,20 @@ func TestTrafficClass(t *testing.T) {
 	if seen[0xb8] != 1 || seen[0] != 1 || len(seen) != 2 {
 		t.Fatalf("TOS bytes seen: %v; want one 0xb8 (A's SEND) and one 0 (B's ACK)", seen)
 	}
+}
+
+// headers returns the IPv4 and UDP headers a datagram of n bytes from src to dst travels in, as the
+// kernel writes them from an IP_PMTUDISC_DO socket: identification 0, DF.
+func headers(src, dst netip.AddrPort, n int) (ip, udp []byte) {
+	ip = make([]byte, 20)
+	ip[0], ip[6], ip[8], ip[9] = 0x45, 0x40, 64, 17
+	binary.BigEndian.PutUint16(ip[2:], uint16(20+8+n))
+	s4, d4 := src.Addr().As4(), dst.Addr().As4()
+	copy(ip[12:], s4[:])
+	copy(ip[16:], d4[:])
+	udp = make([]byte, 8)
+	binary.BigEndian.PutUint16(udp[0:], src.Port())
+	binary.BigEndian.PutUint16(udp[2:], dst.Port())
+	binary.BigEndian.PutUint16(udp[4:], uint16(8+n))
+	return ip, udp
 }

@@ -14,10 +14,33 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// listenInNetns creates a network namespace of the test's own, gives its loopback the addresses, and
-// opens a socket on each of them there. The sockets stay in that namespace; nothing outside it is
-// touched. It skips the test where namespaces cannot be made (not root, no iproute2).
-func listenInNetns(t *testing.T, addrs ...netip.Addr) []conn.Conn {
+// netnsNetwork is a conn.Network whose sockets are opened inside a network namespace of the test's
+// own: a goroutine locked to a thread that entered the namespace opens them, and a socket stays in the
+// namespace it was created in, whatever thread uses it later.
+type netnsNetwork struct {
+	req chan func()
+}
+
+func (n netnsNetwork) do(f func()) {
+	done := make(chan struct{})
+	n.req <- func() { f(); close(done) }
+	<-done
+}
+
+func (n netnsNetwork) Listen(addr netip.AddrPort, opts conn.Options) (c conn.Conn, err error) {
+	n.do(func() { c, err = conn.UDP.Listen(addr, opts) })
+	return c, err
+}
+
+func (n netnsNetwork) ListenShards(addr netip.AddrPort, k int, opts conn.Options) (cs []conn.Conn, err error) {
+	n.do(func() { cs, err = conn.UDP.ListenShards(addr, k, opts) })
+	return cs, err
+}
+
+// newNetns creates a network namespace with the addresses on its loopback and returns a Network
+// inside it. Nothing outside the namespace is touched. It skips the test where namespaces cannot be
+// made (not root, no iproute2).
+func newNetns(t *testing.T, addrs ...netip.Addr) netnsNetwork {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create a network namespace")
@@ -25,72 +48,70 @@ func listenInNetns(t *testing.T, addrs ...netip.Addr) []conn.Conn {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("needs iproute2's ip")
 	}
-	type result struct {
-		conns []conn.Conn
-		err   error
-		skip  string
-	}
-	done := make(chan result)
+	n := netnsNetwork{req: make(chan func())}
+	setup := make(chan string)
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
 	go func() {
 		// The namespace belongs to this OS thread only; the thread is never given back to the
 		// runtime, so it dies with the goroutine instead of carrying the namespace elsewhere.
 		runtime.LockOSThread()
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			done <- result{skip: "unshare(CLONE_NEWNET): " + err.Error()}
+			setup <- "skip: unshare(CLONE_NEWNET): " + err.Error()
 			return
 		}
-		run := func(args ...string) error {
-			out, err := exec.Command("ip", args...).CombinedOutput()
-			if err != nil {
-				return &exec.ExitError{Stderr: out}
+		run := func(args ...string) string {
+			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+				return "ip " + args[0] + ": " + err.Error() + ": " + string(out)
 			}
-			return nil
+			return ""
 		}
-		if err := run("link", "set", "lo", "up"); err != nil {
-			done <- result{err: err}
+		if e := run("link", "set", "lo", "up"); e != "" {
+			setup <- e
 			return
 		}
-		var r result
 		for _, a := range addrs {
+			var e string
 			if a.Is6() {
-				if err := run("-6", "addr", "add", a.String()+"/128", "dev", "lo", "nodad"); err != nil {
-					done <- result{err: err}
-					return
-				}
-			} else if err := run("addr", "add", a.String()+"/32", "dev", "lo"); err != nil {
-				done <- result{err: err}
+				e = run("-6", "addr", "add", a.String()+"/128", "dev", "lo", "nodad")
+			} else {
+				e = run("addr", "add", a.String()+"/32", "dev", "lo")
+			}
+			if e != "" {
+				setup <- e
 				return
 			}
-			c, err := conn.Listen(netip.AddrPortFrom(a, DefaultPort), conn.Options{})
-			if err != nil {
-				r.err = err
-				break
-			}
-			r.conns = append(r.conns, c)
 		}
-		done <- r
+		setup <- ""
+		for {
+			select {
+			case f := <-n.req:
+				f()
+			case <-stop:
+				return
+			}
+		}
 	}()
-	r := <-done
-	if r.skip != "" {
-		t.Skip(r.skip)
+	switch e := <-setup; {
+	case len(e) > 5 && e[:5] == "skip:":
+		t.Skip(e[5:])
+	case e != "":
+		t.Fatal(e)
 	}
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	return r.conns
+	return n
 }
 
 // IPv6 over real sockets: two devices on IPv6 addresses in a namespace of the test's own, every
 // opcode, with the ICRC computed over the IPv6 header by one side and checked by the other.
 func TestIPv6Netns(t *testing.T) {
 	a, b := netip.MustParseAddr("fd00:6f72:6365::1"), netip.MustParseAddr("fd00:6f72:6365::2")
-	cs := listenInNetns(t, a, b)
+	ns := newNetns(t, a, b)
 	p := &testPair{}
 	var err error
-	p.a, err = Open(Config{Addr: a, Conn: cs[0]})
+	p.a, err = Open(Config{Addr: a, Network: ns})
 	must(t, err)
 	defer p.a.Close()
-	p.b, err = Open(Config{Addr: b, Conn: cs[1]})
+	p.b, err = Open(Config{Addr: b, Network: ns})
 	must(t, err)
 	defer p.b.Close()
 	p.connect(t, RC, ConnectOptions{MTU: wire.MTU4096})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/congestion"
+	"github.com/goroce/goroce/internal/datapath"
 	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
@@ -171,10 +172,9 @@ func (m *MR) close() { _ = m.pd.dev.mem.Deregister(m.r) }
 // CQ is a completion queue. It mirrors struct ibv_cq; Wait combines ibv_req_notify_cq and
 // ibv_get_cq_event.
 type CQ struct {
-	dev    *Device
-	cq     *qp.CQ
-	notify chan struct{}
-	refs   atomic.Int64
+	dev  *Device
+	cq   *datapath.CQ
+	refs atomic.Int64
 }
 
 // CreateCQ creates a completion queue of n entries. It mirrors ibv_create_cq.
@@ -185,50 +185,36 @@ func (d *Device) CreateCQ(n int) (*CQ, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("%w: CQ size %d", ErrBadConfig, n)
 	}
-	c := &CQ{dev: d, cq: qp.NewCQ(n), notify: make(chan struct{}, 1)}
-	c.cq.SetNotify(func() {
-		d.woke.Store(true)
-		select {
-		case c.notify <- struct{}{}:
-		default:
-		}
-	})
+	c := &CQ{dev: d, cq: d.dp.NewCQ(n)}
 	d.track(c)
 	return c, nil
 }
 
 // Poll moves up to len(wc) completions into wc and returns how many. It mirrors ibv_poll_cq.
 func (c *CQ) Poll(wc []Completion) int {
-	n := c.cq.Poll(wc)
-	if t := c.dev.cfg.Tracer; t != nil {
-		for i := 0; i < n; i++ {
-			t.Completion(c.dev.clock.Now(), wc[i])
-		}
-	}
+	n := c.cq.Engine().Poll(wc)
+	c.trace(wc[:n])
 	return n
 }
 
-// Wait blocks until the CQ holds a completion or ctx ends, then polls like Poll.
-func (c *CQ) Wait(ctx context.Context, wc []Completion) (int, error) {
-	for {
-		if n := c.Poll(wc); n > 0 {
-			return n, nil
-		}
-		c.cq.Arm(false)
-		if c.cq.Len() > 0 {
-			continue
-		}
-		select {
-		case <-c.notify:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-c.dev.done:
-			if n := c.Poll(wc); n > 0 {
-				return n, nil
-			}
-			return 0, ErrClosed
+func (c *CQ) trace(wc []Completion) {
+	if t := c.dev.cfg.Tracer; t != nil {
+		for i := range wc {
+			t.Completion(c.dev.clock.Now(), wc[i])
 		}
 	}
+}
+
+// Wait blocks until the CQ holds a completion or ctx ends, then polls like Poll. While the CQ's queue
+// pairs all live on one of the device's shards, the waiting goroutine receives and handles their
+// packets itself, so that a reply wakes it directly.
+func (c *CQ) Wait(ctx context.Context, wc []Completion) (int, error) {
+	if len(wc) == 0 {
+		return 0, fmt.Errorf("%w: CQ.Wait needs room for at least one completion", ErrBadConfig)
+	}
+	n, err := c.cq.Wait(ctx, wc)
+	c.trace(wc[:n])
+	return n, err
 }
 
 // Close destroys the CQ; it fails with ErrBusy while QPs use it. It mirrors ibv_destroy_cq.
@@ -237,10 +223,11 @@ func (c *CQ) Close() error {
 		return ErrBusy
 	}
 	c.dev.untrack(c)
+	c.cq.Close()
 	return nil
 }
 
-func (c *CQ) close() {}
+func (c *CQ) close() { c.cq.Close() }
 
 // SRQ is a shared receive queue. It mirrors struct ibv_srq.
 type SRQ struct {
@@ -302,30 +289,16 @@ type QPInit struct {
 }
 
 // QP is a queue pair. It mirrors struct ibv_qp.
-//
-// mu guards the engine and the fields below it: whoever has work for the engine (an API call, the
-// receive loop, the shard's timers) takes it, so the engine never runs on two goroutines at once.
 type QP struct {
-	dev      *Device
-	pd       *PD
-	shard    *shard
-	typ      QPType
-	qpn      wire.QPN
-	psn      wire.PSN // the send PSN Connect uses
-	init     QPInit
-	peer     atomic.Pointer[netip.AddrPort]
-	srcTC    uint8
-	closeOne sync.Once
-	cc       congestion.Controller // the reaction point, if DCQCN is on; guarded by mu
-	np       *congestion.NP        // the notification point, if DCQCN is on; the receive loop's own
-
-	mu        sync.Mutex
-	eng       *qp.QP
-	closed    bool
-	scheduled time.Time // the deadline filed in the shard's timer heap, if any
-
-	queued    bool // in the shard's ready list; guarded by the shard's mu
-	rxTouched bool // in the receive loop's list of QPs to pump; the receive loop's own
+	dev  *Device
+	pd   *PD
+	dq   *datapath.QP
+	typ  QPType
+	qpn  wire.QPN
+	psn  wire.PSN // the send PSN Connect uses
+	init QPInit
+	tc   uint8
+	once sync.Once
 }
 
 // CreateQP creates a queue pair in RESET. It mirrors ibv_create_qp.
@@ -350,43 +323,35 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 	def(&init.MaxSendSGE, 4)
 	def(&init.MaxRecvSGE, 4)
 	def(&init.MaxInlineData, 256)
-	qpn, err := d.allocQPN()
-	if err != nil {
-		return nil, err
-	}
-	var cc congestion.Controller
-	var np *congestion.NP
+	dc := datapath.QPConfig{SendCQ: init.SendCQ.cq, RecvCQ: init.RecvCQ.cq, TrafficClass: init.TrafficClass}
 	if d.cfg.DCQCN != nil && init.Type != UD {
 		if init.Pacer == nil {
 			rp, err := congestion.NewDCQCN(*d.cfg.DCQCN)
 			if err != nil {
 				return nil, fmt.Errorf("%w: %v", ErrBadConfig, err)
 			}
-			cc, init.Pacer = rp, rp
+			dc.Congestion, init.Pacer = rp, rp
 		}
-		np = congestion.NewNP(d.cfg.CNPInterval)
-		init.TrafficClass |= ecnECT0
+		dc.NotificationPoint = true
+		dc.TrafficClass |= ecnECT0
 	}
-	cfg := qp.Config{Type: init.Type, QPN: qpn, PD: pd.pd, Memory: d.mem, SendCQ: init.SendCQ.cq, RecvCQ: init.RecvCQ.cq,
+	dc.Engine = qp.Config{Type: init.Type, PD: pd.pd, Memory: d.mem,
 		MaxSendWR: init.MaxSendWR, MaxRecvWR: init.MaxRecvWR, MaxSendSGE: init.MaxSendSGE, MaxRecvSGE: init.MaxRecvSGE,
 		MaxInlineData: init.MaxInlineData, SigAll: init.SigAll, Pacer: init.Pacer, AckDelay: d.cfg.AckDelay}
 	if init.SRQ != nil {
-		cfg.SRQ = init.SRQ.srq
+		dc.Engine.SRQ = init.SRQ.srq
 	}
-	eng, err := qp.New(cfg)
+	dq, err := d.dp.NewQP(dc)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadConfig, err)
+		return nil, err
 	}
-	q := &QP{dev: d, pd: pd, shard: d.shards[int(qpn)%len(d.shards)], typ: init.Type, qpn: qpn, psn: d.randomPSN(),
-		init: init, eng: eng, srcTC: init.TrafficClass, cc: cc, np: np}
+	q := &QP{dev: d, pd: pd, dq: dq, typ: init.Type, qpn: dq.QPN(), psn: d.dp.RandomPSN(), init: init, tc: dc.TrafficClass}
 	pd.refs.Add(1)
 	init.SendCQ.refs.Add(1)
 	init.RecvCQ.refs.Add(1)
 	if init.SRQ != nil {
 		init.SRQ.refs.Add(1)
 	}
-	d.nqps.Add(1)
-	d.qps.Store(qpn, q)
 	return q, nil
 }
 
@@ -399,75 +364,28 @@ func (q *QP) Type() QPType { return q.typ }
 // Modify changes the QP's attributes and state. It mirrors ibv_modify_qp: the mask names the fields of
 // a to apply, and the transition's required attributes must all be there.
 func (q *QP) Modify(a *Attr, mask AttrMask) error {
-	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
-		return ErrClosed
+	var peer netip.Addr
+	if mask&qp.AttrAV != 0 && q.typ != UD {
+		peer = GID(a.AV.DGID).Addr()
 	}
-	err := q.eng.Modify(q.dev.clock.Now(), a, mask)
-	if err == nil && mask&qp.AttrAV != 0 {
-		peer := netip.AddrPortFrom(GID(a.AV.DGID).Addr(), q.dev.cfg.Port)
-		q.peer.Store(&peer)
-	}
-	q.mu.Unlock()
-	if err == nil {
-		q.shard.markReady(q)
-	}
-	return err
+	return q.dq.Modify(a, mask, peer)
 }
 
 // Query returns the QP's attributes. It mirrors ibv_query_qp.
-func (q *QP) Query() Attr {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.eng.Query()
-}
+func (q *QP) Query() Attr { return q.dq.Query() }
 
 // State returns the QP's state.
-func (q *QP) State() QPState {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.eng.State()
-}
+func (q *QP) State() QPState { return q.dq.State() }
 
 // Counters returns the QP's counters.
-func (q *QP) Counters() Counters {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.eng.Counters()
-}
+func (q *QP) Counters() Counters { return q.dq.Counters() }
 
 // PostSend posts a send work request. It mirrors ibv_post_send; an error means nothing was posted.
-func (q *QP) PostSend(wr *SendWR) error {
-	if q.dev.closing.Load() {
-		return ErrClosed
-	}
-	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
-		return ErrClosed
-	}
-	err := q.eng.PostSend(q.dev.clock.Now(), wr)
-	q.mu.Unlock()
-	if err == nil {
-		// Ring the doorbell: send what the engine can send now from this goroutine.
-		q.dev.send(q)
-	}
-	return err
-}
+// What the QP can send now leaves from the calling goroutine, as ringing a NIC's doorbell.
+func (q *QP) PostSend(wr *SendWR) error { return q.dq.PostSend(wr) }
 
 // PostRecv posts a receive work request. It mirrors ibv_post_recv.
-func (q *QP) PostRecv(wr *RecvWR) error {
-	if q.dev.closing.Load() {
-		return ErrClosed
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
-		return ErrClosed
-	}
-	return q.eng.PostRecv(wr)
-}
+func (q *QP) PostRecv(wr *RecvWR) error { return q.dq.PostRecv(wr) }
 
 // Close destroys the QP: outstanding work requests complete with WR_FLUSH_ERR and packets for its
 // QPN are dropped from then on. It mirrors ibv_destroy_qp.
@@ -477,19 +395,8 @@ func (q *QP) Close() error {
 }
 
 func (q *QP) shutdown() {
-	q.closeOne.Do(func() {
-		d := q.dev
-		// ACKs still waiting for company leave now: the peer's last requests get acknowledged.
-		q.mu.Lock()
-		q.eng.ReleaseAcks()
-		q.mu.Unlock()
-		d.send(q) // the socket is still open, also when the whole device is closing
-		d.qps.Delete(q.qpn)
-		d.nqps.Add(-1)
-		q.mu.Lock()
-		_ = q.eng.Modify(d.clock.Now(), &Attr{State: qp.StateErr}, qp.AttrState)
-		q.closed = true
-		q.mu.Unlock()
+	q.once.Do(func() {
+		q.dq.Close()
 		q.pd.refs.Add(-1)
 		q.init.SendCQ.refs.Add(-1)
 		q.init.RecvCQ.refs.Add(-1)
@@ -499,43 +406,12 @@ func (q *QP) shutdown() {
 	})
 }
 
-// The ECN field of the IP TOS / traffic class byte. RFC 3168.
-const (
-	ecnECT0 = 0x02
-	ecnCE   = 0x03
-)
+// ecnECT0 is the ECN-capable transport codepoint in the TOS byte, which DCQCN QPs send. RFC 3168.
+const ecnECT0 = 0x02
 
 // CongestionRate returns the rate the QP's congestion controller allows, in bits per second, and false
 // if the QP has none.
-func (q *QP) CongestionRate() (float64, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.cc == nil {
-		return 0, false
-	}
-	return q.cc.Rate(), true
-}
-
-// destination returns where a packet the engine produced goes.
-func (q *QP) destination(tx qp.Tx) (netip.AddrPort, bool) {
-	if q.typ == UD {
-		a := GID(tx.AH.DGID).Addr()
-		return netip.AddrPortFrom(a, q.dev.cfg.Port), a.IsValid() && !a.IsUnspecified()
-	}
-	p := q.peer.Load()
-	if p == nil {
-		return netip.AddrPort{}, false
-	}
-	return *p, true
-}
-
-// trafficClass returns the TOS byte of a packet: the address handle's traffic class, or the QP's.
-func (q *QP) trafficClass(tx qp.Tx) uint8 {
-	if tx.AH.TrafficClass != 0 {
-		return tx.AH.TrafficClass
-	}
-	return q.srcTC
-}
+func (q *QP) CongestionRate() (float64, bool) { return q.dq.Rate() }
 
 // RemoteInfo is what two RC peers exchange out of band to connect: the QPN, the first PSN and the GID,
 // as ibv_rc_pingpong's "%04x:%06x:%06x:%s" message carries them.
@@ -584,24 +460,11 @@ func (q *QP) Connect(remote RemoteInfo, opts ConnectOptions) error {
 	if opts.RdAtomic == 0 {
 		opts.RdAtomic = 16
 	}
-	av := AddressHandle{DGID: remote.GID, HopLimit: 64, TrafficClass: q.srcTC}
-	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
-		return ErrClosed
-	}
-	err := q.eng.Connect(q.dev.clock.Now(), &qp.ConnectParams{AccessFlags: opts.Access &^ LocalWrite, QKey: opts.QKey,
+	av := AddressHandle{DGID: remote.GID, HopLimit: 64, TrafficClass: q.tc}
+	return q.dq.Connect(&qp.ConnectParams{AccessFlags: opts.Access &^ LocalWrite, QKey: opts.QKey,
 		AV: av, PathMTU: opts.MTU, DestQPN: remote.QPN, RQPSN: remote.PSN, SQPSN: q.psn, Timeout: opts.Timeout,
-		RetryCnt: opts.RetryCnt, RNRRetry: opts.RNRRetry, MinRNRTimer: opts.MinRNRTimer, RdAtomic: opts.RdAtomic})
-	if err == nil && q.typ != UD {
-		peer := netip.AddrPortFrom(remote.GID.Addr(), q.dev.cfg.Port)
-		q.peer.Store(&peer)
-	}
-	q.mu.Unlock()
-	if err == nil {
-		q.shard.markReady(q)
-	}
-	return err
+		RetryCnt: opts.RetryCnt, RNRRetry: opts.RNRRetry, MinRNRTimer: opts.MinRNRTimer, RdAtomic: opts.RdAtomic},
+		remote.GID.Addr())
 }
 
 // Direction says whether a traced packet was sent or received.

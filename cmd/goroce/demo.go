@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce"
@@ -66,13 +67,14 @@ type tracePrinter struct {
 	mu    sync.Mutex
 	w     io.Writer
 	start time.Time
-	names map[netip.AddrPort]string
+	names map[netip.Addr]string
 	quiet bool
 	buf   []byte
 }
 
+// name names a device by its address: packets leave from the port of their QP, and go to 4791.
 func (p *tracePrinter) name(a netip.AddrPort) string {
-	if n, ok := p.names[a]; ok {
+	if n, ok := p.names[a.Addr()]; ok {
 		return n
 	}
 	return a.String()
@@ -116,6 +118,9 @@ type lossyPrinter struct {
 	keep    []conn.Message
 }
 
+// Offload reports no GSO, so that every packet leaves on its own and may be the one lost.
+func (l *lossyPrinter) Offload() conn.Offload { return conn.Offload{GRO: l.Conn.Offload().GRO} }
+
 func (l *lossyPrinter) WriteBatch(msgs []conn.Message) (int, error) {
 	l.keep = l.keep[:0]
 	for _, m := range msgs {
@@ -145,20 +150,22 @@ func demo(w io.Writer, o demoOptions) error {
 	if !ok {
 		return fmt.Errorf("-mtu %d: not an InfiniBand MTU", o.mtu)
 	}
-	tp := &tracePrinter{w: w, start: time.Now(), quiet: o.quiet, names: map[netip.AddrPort]string{}}
-	rng := rand.New(rand.NewPCG(o.seed, o.seed>>1|1))
+	tp := &tracePrinter{w: w, start: time.Now(), quiet: o.quiet, names: map[netip.Addr]string{}}
+	var conns atomic.Uint64 // each lossy socket draws from a generator of its own, seeded from -seed
 	open := func(addr netip.Addr, name string) (*goroce.Device, error) {
-		ap := netip.AddrPortFrom(addr, goroce.DefaultPort)
-		tp.names[ap] = name
-		c, err := conn.Listen(ap, conn.Options{})
-		if err != nil {
-			return nil, fmt.Errorf("device %s on %v: %w", name, ap, err)
-		}
-		var cc conn.Conn = c
+		tp.names[addr] = name
+		cfg := goroce.Config{Addr: addr, Tracer: tp}
 		if o.loss > 0 {
-			cc = &lossyPrinter{Conn: c, p: tp, percent: o.loss, rng: rng, from: ap}
+			cfg.Network = conn.WrapNetwork(conn.UDP, func(c conn.Conn) conn.Conn {
+				rng := rand.New(rand.NewPCG(o.seed, conns.Add(1)))
+				return &lossyPrinter{Conn: c, p: tp, percent: o.loss, rng: rng, from: c.LocalAddr()}
+			})
 		}
-		return goroce.Open(goroce.Config{Addr: addr, Conn: cc, Tracer: tp})
+		d, err := goroce.Open(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("device %s: %w", name, err)
+		}
+		return d, nil
 	}
 	fmt.Fprintf(w, "goroce demo: device A on %v, device B on %v, UDP port %d, path MTU %d", o.a, o.b, goroce.DefaultPort, o.mtu)
 	if o.loss > 0 {
@@ -308,7 +315,7 @@ func printStats(w io.Writer, name string, s goroce.Stats) {
 		n string
 		v uint64
 	}{{"drop_malformed", s.DropMalformed}, {"drop_icrc", s.DropICRC}, {"drop_unknown_qpn", s.DropUnknownQPN},
-		{"drop_wrong_peer", s.DropWrongPeer}, {"drop_inbox_full", s.DropInboxFull}} {
+		{"drop_wrong_peer", s.DropWrongPeer}, {"drop_truncated", s.DropTruncated}, {"gso_fallback", s.GSOFallback}} {
 		if d.v > 0 {
 			fmt.Fprintf(w, ", %s %d", d.n, d.v)
 		}

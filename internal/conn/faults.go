@@ -2,6 +2,7 @@ package conn
 
 import (
 	"math/rand/v2"
+	"net/netip"
 	"sync"
 )
 
@@ -39,6 +40,37 @@ func MarkCE(c Conn, percent float64, seed uint64) Conn {
 	return &faultConn{Conn: c, percent: percent, markCE: true, rng: rand.New(rand.NewPCG(seed, seed^pcgStream))}
 }
 
+// Offload reports no GSO: faults apply to datagrams, so a faulty Conn sends them one by one.
+func (f *faultConn) Offload() Offload {
+	o := f.Conn.Offload()
+	o.GSO = 0
+	return o
+}
+
+// WrapNetwork returns a Network whose Conns are n's passed through wrap (Lossy, MarkCE, ...).
+func WrapNetwork(n Network, wrap func(Conn) Conn) Network { return wrapped{n, wrap} }
+
+type wrapped struct {
+	n    Network
+	wrap func(Conn) Conn
+}
+
+func (w wrapped) Listen(addr netip.AddrPort, opts Options) (Conn, error) {
+	c, err := w.n.Listen(addr, opts)
+	if err != nil {
+		return nil, err
+	}
+	return w.wrap(c), nil
+}
+
+func (w wrapped) ListenShards(addr netip.AddrPort, k int, opts Options) ([]Conn, error) {
+	cs, err := w.n.ListenShards(addr, k, opts)
+	for i := range cs {
+		cs[i] = w.wrap(cs[i])
+	}
+	return cs, err
+}
+
 // WriteBatch writes msgs through the wrapped Conn, with faults injected.
 func (f *faultConn) WriteBatch(msgs []Message) (int, error) {
 	f.mu.Lock()
@@ -70,5 +102,5 @@ func (f *faultConn) WriteBatch(msgs []Message) (int, error) {
 // Stats returns the wrapped Conn's counters (if it keeps any) plus the injected drops or marks.
 func (f *faultConn) Stats() Stats {
 	s, _ := StatsOf(f.Conn)
-	return s.add(f.stats.snapshot())
+	return s.Add(f.stats.snapshot())
 }

@@ -128,8 +128,8 @@ func (c *counters) snapshot() Stats {
 	}
 }
 
-// add returns the field-wise sum of s and t.
-func (s Stats) add(t Stats) Stats {
+// Add returns the field-wise sum of s and t.
+func (s Stats) Add(t Stats) Stats {
 	s.DatagramsIn += t.DatagramsIn
 	s.BytesIn += t.BytesIn
 	s.DatagramsOut += t.DatagramsOut

@@ -1,0 +1,77 @@
+package datapath
+
+import (
+	"sync/atomic"
+
+	"github.com/goroce/goroce/internal/conn"
+)
+
+// counters are the datapath's own, outside any QP.
+type counters struct {
+	rxPackets, rxBytes, txPackets, txBytes                 atomic.Uint64
+	dropMalformed, dropICRC, dropUnknownQPN, dropWrongPeer atomic.Uint64
+	dropTruncated, dropNoRoute, rxErrors                   atomic.Uint64
+	cnpSent, ceRcvd                                        atomic.Uint64
+	txGSO, gsoFallback, rxGRO, rxOffShard, steerFailed     atomic.Uint64
+	drivenWaits, parkedWaits, handovers                    atomic.Uint64
+}
+
+// Stats are the datapath's counters.
+type Stats struct {
+	RxPackets, RxBytes, TxPackets, TxBytes uint64
+	DropMalformed                          uint64 // failed wire.Parse: truncated, bad opcode, bad lengths
+	DropICRC                               uint64 // ICRC mismatch
+	DropUnknownQPN                         uint64 // no QP with the destination QPN
+	DropWrongPeer                          uint64 // an RC/UC packet from another address than the QP's peer
+	DropTruncated                          uint64 // datagram larger than a receive buffer
+	DropNoRoute                            uint64 // a packet to a GID with no usable address
+	RxErrors                               uint64 // receive errors other than a closed socket
+	CERcvd                                 uint64 // packets that arrived marked Congestion Experienced
+	CNPSent                                uint64 // congestion notification packets sent
+	TxGSO                                  uint64 // GSO writes: runs of packets sent with one system call
+	GSOFallback                            uint64 // GSO writes the kernel refused and that went out packet by packet
+	RxGRO                                  uint64 // coalesced runs received
+	RxOffShard                             uint64 // packets a shard read for a QP of another shard
+	SteerFailed                            uint64 // 1 if the kernel refused to steer by QPN
+	DrivenWaits                            uint64 // CQ waits that drove their shard
+	ParkedWaits                            uint64 // CQ waits that parked until a driver notified them
+	Handovers                              uint64 // waits that had to interrupt another driver first
+	Conn                                   conn.Stats
+}
+
+// Stats returns a snapshot of the counters.
+func (d *Datapath) Stats() Stats {
+	c := &d.stats
+	s := Stats{
+		RxPackets: c.rxPackets.Load(), RxBytes: c.rxBytes.Load(), TxPackets: c.txPackets.Load(), TxBytes: c.txBytes.Load(),
+		DropMalformed: c.dropMalformed.Load(), DropICRC: c.dropICRC.Load(), DropUnknownQPN: c.dropUnknownQPN.Load(),
+		DropWrongPeer: c.dropWrongPeer.Load(), DropTruncated: c.dropTruncated.Load(), DropNoRoute: c.dropNoRoute.Load(),
+		RxErrors: c.rxErrors.Load(), CERcvd: c.ceRcvd.Load(), CNPSent: c.cnpSent.Load(),
+		TxGSO: c.txGSO.Load(), GSOFallback: c.gsoFallback.Load(), RxGRO: c.rxGRO.Load(), RxOffShard: c.rxOffShard.Load(),
+		SteerFailed: c.steerFailed.Load(), DrivenWaits: c.drivenWaits.Load(), ParkedWaits: c.parkedWaits.Load(),
+		Handovers: c.handovers.Load(),
+	}
+	for _, sh := range d.shards {
+		if cs, ok := conn.StatsOf(sh.conn); ok {
+			s.Conn = s.Conn.Add(cs)
+		}
+	}
+	d.mu.Lock()
+	for _, p := range d.ports {
+		if p != nil {
+			if cs, ok := conn.StatsOf(p.conn); ok {
+				s.Conn = s.Conn.Add(cs)
+			}
+		}
+	}
+	d.mu.Unlock()
+	return s
+}
+
+// QPs calls f for every QP.
+func (d *Datapath) QPs(f func(*QP)) {
+	d.qps.Range(func(_, v any) bool {
+		f(v.(*QP))
+		return true
+	})
+}

@@ -1,0 +1,183 @@
+package datapath
+
+import (
+	"net/netip"
+
+	"github.com/goroce/goroce/internal/conn"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/wire"
+)
+
+// receive handles the n messages the driver just read: each datagram (each segment of a GRO run) is
+// validated once (wire.Parse, then the ICRC), matched to its QP and run through the QP's engine; then
+// the QPs it touched send what they answer, port by port.
+func (s *shard) receive(n int) {
+	d := s.d
+	r := &s.rx
+	for i := 0; i < n; i++ {
+		m := &r.msgs[i]
+		if m.Truncated {
+			d.stats.rxPackets.Add(1)
+			d.stats.dropTruncated.Add(1)
+			continue
+		}
+		to := m.Local
+		if !to.IsValid() {
+			to = d.local.Addr()
+		}
+		if m.SegSize > 0 {
+			d.stats.rxGRO.Add(1)
+		}
+		var seg uint16
+		m.Segments(func(b []byte) {
+			s.receivePacket(b, m.Addr, to, m.TOS, seg)
+			seg++
+		})
+	}
+	s.pumpAll(r.touched)
+	clear(r.touched)
+	r.touched = r.touched[:0]
+	for i := 0; i < n; i++ {
+		r.msgs[i] = conn.Message{Buf: r.bufs[i]}
+	}
+}
+
+// receivePacket handles one datagram. idGuess is its index in a GRO run: the IPv4 identification a
+// goroce sender sealed it with.
+func (s *shard) receivePacket(b []byte, from netip.AddrPort, to netip.Addr, tos uint8, idGuess uint16) {
+	d := s.d
+	r := &s.rx
+	d.stats.rxPackets.Add(1)
+	d.stats.rxBytes.Add(uint64(len(b)))
+	pkt, err := wire.Parse(b)
+	if err != nil {
+		d.stats.dropMalformed.Add(1)
+		return
+	}
+	if !r.v.verify(d.cfg.ICRC, from, netip.AddrPortFrom(to, d.local.Port()), pkt, idGuess) {
+		d.stats.dropICRC.Add(1)
+		return
+	}
+	q := d.lookup(pkt.BTH().DestQP())
+	if q == nil {
+		d.stats.dropUnknownQPN.Add(1)
+		return
+	}
+	// RC and UC QPs take packets only from their peer, as rxe does. IBTA Annex A17.4.5.
+	if q.typ != qp.UD {
+		if p := q.peer.Load(); p == nil || p.Addr() != from.Addr().Unmap() {
+			d.stats.dropWrongPeer.Add(1)
+			return
+		}
+	}
+	if q.shard != s {
+		d.stats.rxOffShard.Add(1)
+	}
+	q.deliver(pkt, from, to, tos, &r.info)
+	if k := len(r.touched); k == 0 || r.touched[k-1] != q {
+		for _, t := range r.touched {
+			if t == q {
+				return
+			}
+		}
+		r.touched = append(r.touched, q)
+	}
+}
+
+func (d *Datapath) lookup(n wire.QPN) *QP {
+	v, ok := d.qps.Load(n)
+	if !ok {
+		return nil
+	}
+	return v.(*QP)
+}
+
+// deliver runs a received packet through q's engine. The DCQCN notification point runs here too: a
+// CE-marked packet may send a CNP back to its sender at once.
+func (q *QP) deliver(pkt wire.Packet, from netip.AddrPort, to netip.Addr, tos uint8, info *qp.RxInfo) {
+	d := q.d
+	info.CE = tos&ecnMask == ecnCE
+	if info.CE {
+		d.stats.ceRcvd.Add(1)
+		if q.np != nil && pkt.Opcode() != wire.CNP && q.np.OnCE(d.clock.Now()) {
+			q.sendCNP(pkt, from)
+		}
+	}
+	if q.typ == qp.UD {
+		fillGRH(&info.GRH, from.Addr(), to, tos, pkt.Len())
+	}
+	now := d.clock.Now()
+	if t := d.cfg.Tracer; t != nil {
+		t.TracePacket(false, now, from, netip.AddrPortFrom(to, d.local.Port()), pkt)
+	}
+	q.mu.Lock()
+	if !q.closed {
+		q.eng.HandlePacket(now, pkt, info)
+	}
+	q.mu.Unlock()
+}
+
+// sendCNP sends a congestion notification packet to the QP that sent pkt: BTH opcode 0x81 with BECN,
+// the sender's QPN, PSN 0 and 16 reserved bytes. IBTA Annex A17.9.3. For a request the sender is the
+// QP's peer; for a response (an ACK or READ response marked on its way back) it is the same peer QP,
+// whose requester is the one to slow down. CNPs go out with DSCP 48 and not ECN-capable, so that they
+// are never marked themselves.
+func (q *QP) sendCNP(pkt wire.Packet, from netip.AddrPort) {
+	d := q.d
+	var dest wire.QPN
+	if deth := pkt.DETH(); deth != nil {
+		dest = deth.SrcQP()
+	} else {
+		q.mu.Lock()
+		dest = q.eng.Query().DestQPN
+		q.mu.Unlock()
+	}
+	f := wire.Fields{BTH: wire.BTHFields{Opcode: wire.CNP, PKey: wire.DefaultPKey, BECN: true, DestQP: dest}}
+	to := netip.AddrPortFrom(from.Addr(), d.local.Port()) // RoCEv2 packets go to port 4791, whatever their source port
+	p := q.port
+	tb := getTxBatch()
+	p.mu.Lock()
+	out, err := wire.Append(tb.arena[:0], &f, nil)
+	if err == nil {
+		tb.arena = out
+		src := netip.AddrPortFrom(d.local.Addr(), p.num)
+		seal(out, src, to, 0)
+		tb.msgs = append(tb.msgs, conn.Message{Buf: out, Addr: to, TOS: cnpTOS, SegSize: len(out)})
+		d.stats.cnpSent.Add(1)
+		if t := d.cfg.Tracer; t != nil {
+			if pp, err := wire.Parse(out); err == nil {
+				t.TracePacket(true, d.clock.Now(), src, to, pp)
+			}
+		}
+		p.flush(tb)
+	}
+	p.mu.Unlock()
+	putTxBatch(tb)
+}
+
+// The ECN field of the IP TOS / traffic class byte. RFC 3168.
+const (
+	ecnMask = 0x03
+	ecnECT0 = 0x02
+	ecnCE   = 0x03
+)
+
+// cnpTOS is the TOS byte of CNPs: DSCP 48, as NVIDIA NICs send them, Not-ECT.
+const cnpTOS = 48 << 2
+
+// fillGRH builds the 40 bytes a UD receive buffer starts with: the IPv6 header, or 20 zero bytes and
+// the IPv4 header. IBTA Annex A17.4.5.2.
+func fillGRH(g *[40]byte, from, to netip.Addr, tos uint8, n int) {
+	src, dst := from.Unmap(), to.Unmap()
+	if src.Is4() && dst.Is4() {
+		*g = [40]byte{}
+		var h [20]byte
+		ipv4Header(&h, src, dst, n, 0)
+		h[1] = tos
+		copy(g[20:], h[:])
+		return
+	}
+	var h [40]byte
+	ipv6Header(&h, from, to, n)
+	copy(g[:], h[:])
+}

@@ -1,0 +1,275 @@
+package datapath
+
+import (
+	"errors"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goroce/goroce/internal/conn"
+	"github.com/goroce/goroce/internal/netdev"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/wire"
+)
+
+// The send path. A QP's packets are built by its engine straight into a batch's arena, sealed there
+// and sent from the QP's port:
+//
+//	arena: | FIRST 4128 | MID 4112 | MID 4112 | ... | LAST 4112 | ACK 20 |
+//	msgs:  [ plain     ][ GSO: SegSize 4112, 15 segments    ][ plain ]
+//
+// Consecutive packets to the same destination with the same TOS and size join one GSO message, and
+// one shorter packet may end it (every segment but the last must be exactly SegSize). A packet that
+// cannot join starts a new message where it lies, so nothing is copied. Segment i of a GSO message is
+// sealed with IPv4 identification i, which the kernel gives it when it segments in software (see
+// conn.Listen); a plain datagram carries 0.
+
+// txArena bounds a batch's bytes: four full GSO messages.
+const txArena = 4 * conn.MaxGSOSize
+
+// maxPacket is the most bytes one packet can take: headers, a 4096-byte payload, pad and ICRC.
+const maxPacket = 4096 + 256
+
+// txMsgs bounds a batch's messages.
+const txMsgs = 64
+
+// port is a send socket: the UDP source port of the QPs that hash to it. mu is held from building a
+// QP's packets to sending them, so that packets leave in the order their engine built them.
+type port struct {
+	d    *Datapath
+	conn conn.Conn
+	num  uint16
+	mu   sync.Mutex
+}
+
+func (p *port) close() { _ = p.conn.Close() }
+
+// txBatch collects packets for one port's WriteBatch. A goroutine borrows one for a pump and its
+// flush; the port's lock is held meanwhile.
+type txBatch struct {
+	arena []byte
+	msgs  []conn.Message
+	// open reports that the last message may take another segment.
+	open bool
+	// split holds the single datagrams of a GSO message being resent without GSO.
+	split []conn.Message
+}
+
+var txPool = sync.Pool{New: func() any {
+	return &txBatch{arena: make([]byte, 0, txArena), msgs: make([]conn.Message, 0, txMsgs)}
+}}
+
+func getTxBatch() *txBatch  { return txPool.Get().(*txBatch) }
+func putTxBatch(b *txBatch) { txPool.Put(b) }
+
+// pump moves q's packets into tb, flushing tb through p whenever it fills, until the engine has
+// nothing more to send now. It returns whether q's next deadline must be filed with its shard. The
+// caller holds p.mu (q's port) and not q.mu.
+func (p *port) pump(q *QP, tb *txBatch) (file bool) {
+	d := p.d
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return false
+	}
+	now := d.clock.Now()
+	maxSegs := p.conn.Offload().GSO
+	for {
+		if len(tb.msgs) == cap(tb.msgs) || cap(tb.arena)-len(tb.arena) < maxPacket {
+			p.flush(tb)
+			maxSegs = p.conn.Offload().GSO
+		}
+		start := len(tb.arena)
+		out, tx, ok := q.eng.AppendPacket(now, tb.arena[start:start])
+		if !ok {
+			break
+		}
+		dst, ok := q.destination(tx)
+		if !ok {
+			d.stats.dropNoRoute.Add(1)
+			continue
+		}
+		n := len(out)
+		tb.arena = tb.arena[:start+n]
+		pkt := tb.arena[start:]
+		id := tb.place(pkt, dst, q.trafficClass(tx), maxSegs, d.gso.allowed(dst.Addr()))
+		seal(pkt, netip.AddrPortFrom(d.local.Addr(), p.num), dst, id)
+		if t := d.cfg.Tracer; t != nil {
+			if pp, err := wire.Parse(pkt); err == nil {
+				t.TracePacket(true, now, netip.AddrPortFrom(d.local.Addr(), p.num), dst, pp)
+			}
+		}
+	}
+	next := q.eng.NextDeadline()
+	file = !next.IsZero() && (q.scheduled.IsZero() || next.Before(q.scheduled))
+	q.mu.Unlock()
+	return file
+}
+
+// place decides which message pkt, just appended to the arena, belongs to, and returns its segment
+// index there: the identification its ICRC is sealed with.
+func (tb *txBatch) place(pkt []byte, dst netip.AddrPort, tos uint8, maxSegs int, gsoOK bool) uint16 {
+	n := len(pkt)
+	if k := len(tb.msgs); k > 0 && tb.open && gsoOK && maxSegs > 1 {
+		m := &tb.msgs[k-1]
+		segs := (len(m.Buf) + m.SegSize - 1) / m.SegSize
+		if m.Addr == dst && m.TOS == tos && n <= m.SegSize && segs < maxSegs && len(m.Buf)+n <= conn.MaxGSOSize {
+			m.Buf = m.Buf[:len(m.Buf)+n]
+			tb.open = n == m.SegSize
+			return uint16(segs)
+		}
+	}
+	tb.msgs = append(tb.msgs, conn.Message{Buf: pkt, Addr: dst, TOS: tos, SegSize: n})
+	tb.open = true
+	return 0
+}
+
+// flush sends tb's messages through p and empties tb. A GSO message the socket refuses is sent again
+// as single datagrams, each sealed again with identification 0, so nothing is lost; the socket has
+// turned GSO off by then, so later pumps build plain datagrams. The caller holds p.mu.
+func (p *port) flush(tb *txBatch) {
+	d := p.d
+	msgs := tb.msgs
+	for i := range msgs {
+		d.stats.txBytes.Add(uint64(len(msgs[i].Buf)))
+		segs := (len(msgs[i].Buf) + msgs[i].SegSize - 1) / msgs[i].SegSize
+		d.stats.txPackets.Add(uint64(segs))
+		if segs > 1 {
+			d.stats.txGSO.Add(1)
+		}
+	}
+	src := netip.AddrPortFrom(d.local.Addr(), p.num)
+	for sent := 0; sent < len(msgs); {
+		n, err := p.conn.WriteBatch(msgs[sent:])
+		sent += n
+		if errors.Is(err, conn.ErrGSO) && sent < len(msgs) {
+			d.stats.gsoFallback.Add(1)
+			d.gso.fellBack.Store(true)
+			tb.split = tb.split[:0]
+			m := &msgs[sent]
+			m.N = len(m.Buf)
+			m.Segments(func(seg []byte) {
+				seal(seg, src, m.Addr, 0)
+				tb.split = append(tb.split, conn.Message{Buf: seg, Addr: m.Addr, TOS: m.TOS})
+			})
+			for k := 0; k < len(tb.split); {
+				w, err := p.conn.WriteBatch(tb.split[k:])
+				if err != nil || w == 0 {
+					break // the socket is closing
+				}
+				k += w
+			}
+			clear(tb.split)
+			sent++
+			continue
+		}
+		if err != nil || n == 0 {
+			break // the socket is closing; what is not sent is lost like any packet
+		}
+	}
+	clear(msgs) // do not keep the arena reachable through stale messages
+	tb.msgs = msgs[:0]
+	tb.arena = tb.arena[:0]
+	tb.open = false
+}
+
+// send pumps q and sends what it produced, from the calling goroutine: a PostSend rings the
+// doorbell this way. It files q's deadline with its shard if that moved earlier.
+func (q *QP) send() {
+	p := q.port
+	tb := getTxBatch()
+	p.mu.Lock()
+	file := p.pump(q, tb)
+	p.flush(tb)
+	p.mu.Unlock()
+	putTxBatch(tb)
+	if file {
+		q.shard.markReady(q)
+	}
+}
+
+// pumpAll pumps qs, which a driver collected, one port at a time (each port's QPs in one batch), and
+// files the deadlines that moved. It uses up qs: every entry is nil when it returns.
+func (s *shard) pumpAll(qs []*QP) {
+	for i := range qs {
+		if qs[i] == nil {
+			continue
+		}
+		p := qs[i].port
+		p.mu.Lock()
+		for k := i; k < len(qs); k++ {
+			if q := qs[k]; q != nil && q.port == p {
+				if p.pump(q, s.tx) {
+					s.file(q)
+				}
+				qs[k] = nil
+			}
+		}
+		p.flush(s.tx)
+		p.mu.Unlock()
+	}
+}
+
+// destination returns where a packet the engine produced goes: the QP's peer, or for UD the address
+// handle's GID, at the RoCEv2 port.
+func (q *QP) destination(tx qp.Tx) (netip.AddrPort, bool) {
+	if q.typ == qp.UD {
+		a := netip.AddrFrom16(tx.AH.DGID).Unmap()
+		return netip.AddrPortFrom(a, q.d.local.Port()), a.IsValid() && !a.IsUnspecified()
+	}
+	p := q.peer.Load()
+	if p == nil {
+		return netip.AddrPort{}, false
+	}
+	return *p, true
+}
+
+// trafficClass returns the TOS byte of a packet: the address handle's traffic class, or the QP's.
+func (q *QP) trafficClass(tx qp.Tx) uint8 {
+	if tx.AH.TrafficClass != 0 {
+		return tx.AH.TrafficClass
+	}
+	return q.srcTC
+}
+
+// gsoPolicy decides, per destination, whether runs to it may leave in GSO writes.
+type gsoPolicy struct {
+	mode     GSOMode
+	host     bool        // the network is the host's: ask netdev about egress devices
+	fellBack atomic.Bool // a socket refused GSO at least once
+	mu       sync.Mutex
+	cache    map[netip.Addr]bool
+}
+
+// gsoCacheSize bounds the destinations remembered; past it the cache starts over.
+const gsoCacheSize = 4096
+
+func (g *gsoPolicy) init(mode GSOMode, n conn.Network) {
+	g.mode = mode
+	g.host = n == conn.UDP
+	g.cache = make(map[netip.Addr]bool)
+}
+
+// allowed reports whether packets to dst may share GSO writes: never with GSOOff, always with GSOOn,
+// and with GSOAuto when the device toward dst segments in software, so that segment i is known to
+// carry identification i (see netdev). IPv6 has no identification: any device will do.
+func (g *gsoPolicy) allowed(dst netip.Addr) bool {
+	switch {
+	case g.mode == GSOOff:
+		return false
+	case g.mode == GSOOn || !g.host || (dst.Is6() && !dst.Is4In6()):
+		return true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ok, known := g.cache[dst]
+	if !known {
+		dev, err := netdev.Egress(dst)
+		ok = err == nil && dev.SegmentsInSoftware()
+		if len(g.cache) >= gsoCacheSize {
+			clear(g.cache)
+		}
+		g.cache[dst] = ok
+	}
+	return ok
+}
