@@ -38,7 +38,10 @@ func (c *CQ) Engine() *qp.CQ { return c.cq }
 // wakes a parked waiter.
 func (c *CQ) wake() {
 	if s := c.driving.Load(); s != nil {
-		s.kick()
+		// The driver checks the CQ after every step: only one blocked in a read needs a kick.
+		if !s.inStep.Load() {
+			s.kick()
+		}
 		return
 	}
 	select {
@@ -83,21 +86,26 @@ func (c *CQ) Wait(ctx context.Context, wc []qp.Completion) (int, error) {
 		}
 		if s := c.home.Load(); s != nil && d.cfg.Linger >= 0 {
 			c.watch(ctx)
-			d.stats.drivenWaits.Add(1)
-			s.driveFor(c, ctx.Done())
-			continue
+			if s.driveFor(c, ctx.Done()) {
+				d.stats.drivenWaits.Add(1)
+				continue
+			}
 		}
 		d.stats.parkedWaits.Add(1)
+		d.parked.Add(1)
 		select {
 		case <-c.notify:
 		case <-ctx.Done():
+			d.parked.Add(-1)
 			return 0, ctx.Err()
 		case <-d.done:
+			d.parked.Add(-1)
 			if n := c.cq.Poll(wc); n > 0 {
 				return n, nil
 			}
 			return 0, ErrClosed
 		}
+		d.parked.Add(-1)
 	}
 }
 

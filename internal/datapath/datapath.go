@@ -128,8 +128,9 @@ type Config struct {
 	// with DCQCN.
 	CNPInterval time.Duration
 	// Linger is how long a goroutine that drove a shard from CQ.Wait keeps it after its completion
-	// came, so that its next Wait drives again without a hand-over: 50 us unless set; negative
-	// disables driving from Wait.
+	// came, so that its next Wait drives again without a hand-over: 1 ms unless set; negative
+	// disables driving from Wait. Packets for the shard that come meanwhile wait for the next Wait,
+	// or for the linger's end.
 	Linger time.Duration
 }
 
@@ -145,7 +146,8 @@ type Datapath struct {
 
 	qps     sync.Map // wire.QPN -> *QP
 	nqps    atomic.Int64
-	woke    atomic.Bool // a completion woke a goroutine parked on a CQ; background drivers yield to it
+	woke    atomic.Bool  // a completion woke a goroutine parked on a CQ; background drivers yield to it
+	parked  atomic.Int32 // goroutines parked in CQ.Wait
 	closing atomic.Bool
 	done    chan struct{}
 	wg      sync.WaitGroup
@@ -175,7 +177,7 @@ func Open(cfg Config) (*Datapath, error) {
 		cfg.CNPInterval = congestion.DefaultCNPInterval
 	}
 	if cfg.Linger == 0 {
-		cfg.Linger = 50 * time.Microsecond
+		cfg.Linger = time.Millisecond
 	}
 	if cfg.Clock == nil {
 		cfg.Clock, cfg.RealClock = realClock{}, true

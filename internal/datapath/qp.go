@@ -17,18 +17,20 @@ import (
 //
 // mu guards the engine and the fields below it; queued is guarded by the shard's mu.
 type QP struct {
-	d      *Datapath
-	shard  *shard
-	port   *port
-	typ    qp.Type
-	qpn    wire.QPN
-	srcTC  uint8
-	cc     congestion.Controller // the reaction point, if DCQCN is on; guarded by mu
-	np     *congestion.NP        // the notification point, if DCQCN is on; used by one driver at a time
-	peer   atomic.Pointer[netip.AddrPort]
-	sendCQ *CQ
-	recvCQ *CQ
-	once   sync.Once
+	d     *Datapath
+	shard *shard
+	port  *port
+	typ   qp.Type
+	qpn   wire.QPN
+	srcTC uint8
+	cc    congestion.Controller // the reaction point, if DCQCN is on; guarded by mu
+	np    *congestion.NP        // the notification point, if DCQCN is on; used by one driver at a time
+	peer  atomic.Pointer[netip.AddrPort]
+	// peerGSO caches gsoPolicy.allowed for the peer: 0 unknown, 1 no, 2 yes.
+	peerGSO atomic.Int32
+	sendCQ  *CQ
+	recvCQ  *CQ
+	once    sync.Once
 
 	mu        sync.Mutex
 	eng       *qp.QP
@@ -99,10 +101,11 @@ func (q *QP) PostSend(wr *qp.SendWR) error {
 		q.mu.Unlock()
 		return ErrClosed
 	}
-	err := q.eng.PostSend(q.d.clock.Now(), wr)
+	now := q.d.clock.Now()
+	err := q.eng.PostSend(now, wr)
 	q.mu.Unlock()
 	if err == nil {
-		q.send()
+		q.send(now)
 	}
 	return err
 }
@@ -160,6 +163,27 @@ func (q *QP) Connect(p *qp.ConnectParams, peer netip.Addr) error {
 func (q *QP) setPeer(a netip.Addr) {
 	p := netip.AddrPortFrom(a.Unmap(), q.d.local.Port())
 	q.peer.Store(&p)
+	q.peerGSO.Store(0)
+}
+
+// gsoTo reports whether packets to dst may share GSO writes, remembering the answer for the peer.
+func (q *QP) gsoTo(dst netip.AddrPort) bool {
+	if q.typ == qp.UD {
+		return q.d.gso.allowed(dst.Addr())
+	}
+	switch q.peerGSO.Load() {
+	case 1:
+		return false
+	case 2:
+		return true
+	}
+	ok := q.d.gso.allowed(dst.Addr())
+	v := int32(1)
+	if ok {
+		v = 2
+	}
+	q.peerGSO.Store(v)
+	return ok
 }
 
 // Query returns the engine's attributes.
@@ -202,7 +226,7 @@ func (q *QP) Close() {
 		q.mu.Lock()
 		q.eng.ReleaseAcks()
 		q.mu.Unlock()
-		q.send() // the socket is still open, also when the whole datapath is closing
+		q.send(d.clock.Now()) // the socket is still open, also when the whole datapath is closing
 		d.qps.Delete(q.qpn)
 		d.nqps.Add(-1)
 		q.mu.Lock()

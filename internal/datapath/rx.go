@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"net/netip"
+	"time"
 
 	"github.com/goroce/goroce/internal/conn"
 	"github.com/goroce/goroce/qp"
@@ -11,7 +12,7 @@ import (
 // receive handles the n messages the driver just read: each datagram (each segment of a GRO run) is
 // validated once (wire.Parse, then the ICRC), matched to its QP and run through the QP's engine; then
 // the QPs it touched send what they answer, port by port.
-func (s *shard) receive(n int) {
+func (s *shard) receive(n int, now time.Time) {
 	d := s.d
 	r := &s.rx
 	for i := 0; i < n; i++ {
@@ -30,11 +31,11 @@ func (s *shard) receive(n int) {
 		}
 		var seg uint16
 		m.Segments(func(b []byte) {
-			s.receivePacket(b, m.Addr, to, m.TOS, seg)
+			s.receivePacket(b, m.Addr, to, m.TOS, seg, now)
 			seg++
 		})
 	}
-	s.pumpAll(r.touched)
+	s.pumpAll(r.touched, now)
 	clear(r.touched)
 	r.touched = r.touched[:0]
 	for i := 0; i < n; i++ {
@@ -44,7 +45,7 @@ func (s *shard) receive(n int) {
 
 // receivePacket handles one datagram. idGuess is its index in a GRO run: the IPv4 identification a
 // goroce sender sealed it with.
-func (s *shard) receivePacket(b []byte, from netip.AddrPort, to netip.Addr, tos uint8, idGuess uint16) {
+func (s *shard) receivePacket(b []byte, from netip.AddrPort, to netip.Addr, tos uint8, idGuess uint16, now time.Time) {
 	d := s.d
 	r := &s.rx
 	d.stats.rxPackets.Add(1)
@@ -73,7 +74,7 @@ func (s *shard) receivePacket(b []byte, from netip.AddrPort, to netip.Addr, tos 
 	if q.shard != s {
 		d.stats.rxOffShard.Add(1)
 	}
-	q.deliver(pkt, from, to, tos, &r.info)
+	q.deliver(pkt, from, to, tos, &r.info, now)
 	if k := len(r.touched); k == 0 || r.touched[k-1] != q {
 		for _, t := range r.touched {
 			if t == q {
@@ -94,19 +95,18 @@ func (d *Datapath) lookup(n wire.QPN) *QP {
 
 // deliver runs a received packet through q's engine. The DCQCN notification point runs here too: a
 // CE-marked packet may send a CNP back to its sender at once.
-func (q *QP) deliver(pkt wire.Packet, from netip.AddrPort, to netip.Addr, tos uint8, info *qp.RxInfo) {
+func (q *QP) deliver(pkt wire.Packet, from netip.AddrPort, to netip.Addr, tos uint8, info *qp.RxInfo, now time.Time) {
 	d := q.d
 	info.CE = tos&ecnMask == ecnCE
 	if info.CE {
 		d.stats.ceRcvd.Add(1)
-		if q.np != nil && pkt.Opcode() != wire.CNP && q.np.OnCE(d.clock.Now()) {
-			q.sendCNP(pkt, from)
+		if q.np != nil && pkt.Opcode() != wire.CNP && q.np.OnCE(now) {
+			q.sendCNP(pkt, from, now)
 		}
 	}
 	if q.typ == qp.UD {
 		fillGRH(&info.GRH, from.Addr(), to, tos, pkt.Len())
 	}
-	now := d.clock.Now()
 	if t := d.cfg.Tracer; t != nil {
 		t.TracePacket(false, now, from, netip.AddrPortFrom(to, d.local.Port()), pkt)
 	}
@@ -122,7 +122,7 @@ func (q *QP) deliver(pkt wire.Packet, from netip.AddrPort, to netip.Addr, tos ui
 // QP's peer; for a response (an ACK or READ response marked on its way back) it is the same peer QP,
 // whose requester is the one to slow down. CNPs go out with DSCP 48 and not ECN-capable, so that they
 // are never marked themselves.
-func (q *QP) sendCNP(pkt wire.Packet, from netip.AddrPort) {
+func (q *QP) sendCNP(pkt wire.Packet, from netip.AddrPort, now time.Time) {
 	d := q.d
 	var dest wire.QPN
 	if deth := pkt.DETH(); deth != nil {
@@ -146,7 +146,7 @@ func (q *QP) sendCNP(pkt wire.Packet, from netip.AddrPort) {
 		d.stats.cnpSent.Add(1)
 		if t := d.cfg.Tracer; t != nil {
 			if pp, err := wire.Parse(out); err == nil {
-				t.TracePacket(true, d.clock.Now(), src, to, pp)
+				t.TracePacket(true, now, src, to, pp)
 			}
 		}
 		p.flush(tb)

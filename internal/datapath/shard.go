@@ -13,19 +13,25 @@ import (
 
 // A shard is driven by one goroutine at a time, the holder of drive. The driver runs step in a loop:
 // file the deadlines other goroutines reported, fire the timers that are due, then read the socket
-// until a packet comes or the next deadline passes, and handle what came.
+// until a packet comes or the armed deadline passes, and handle what came.
 //
 // Normally the driver is the shard's background goroutine. A goroutine in CQ.Wait whose CQ's QPs all
-// live on this shard takes the shard instead (driveFor): it counts itself in waiters, interrupts the
-// background driver's read (kick: a read deadline in the past), takes drive and steps until its CQ
-// has a completion. When it lets go it keeps the shard for Linger more (lingerUntil): a ping-pong's
-// next Wait comes within microseconds and takes the shard straight back, without waking the
-// background goroutine. Only when no Wait comes does the background goroutine, woken by lingerTimer,
-// take over again. In a request-reply exchange the waiting goroutine is thus the one the kernel
-// wakes when the reply arrives, as with a plain UDP socket.
+// live on this shard takes the shard instead (driveFor): it interrupts the background driver's read
+// (kick: a read deadline in the past), takes drive and steps until its CQ has a completion. When it
+// lets go it keeps the shard for Linger more (lingerUntil): a request-reply loop's next Wait comes
+// within microseconds and takes the shard straight back, without waking the background goroutine,
+// which takes over only once the linger has passed (lingerTimer). In such a loop the waiting
+// goroutine is thus the one the kernel wakes when the reply arrives, as with a plain UDP socket, and
+// the background goroutine sleeps. Only one waiter drives at a time: another one parks on its CQ,
+// and while any waiter is parked a waiter that lets go hands the shard straight back to the
+// background goroutine, so that parked waiters never wait for a linger to pass.
 //
-// kick makes whoever drives now, or next, run a step without reading first: other goroutines kick a
-// shard when they file an earlier deadline (markReady) or when a waiter wants the shard.
+// Wake-ups cost more than anything else on this path: a thread that went to sleep takes microseconds
+// to wake, and Go's timers wake the thread blocked in the netpoller whenever one is armed earlier
+// than its sleep. So the driver arms the socket's read deadline only to move it earlier, never later:
+// when a QP's deadline moves out, the old one fires, finds nothing due, and the new one is armed then
+// (once per retransmission timeout, not once per packet). Other goroutines kick the shard only when
+// what they file is due before the armed deadline (fileDeadline), or when a QP has work (markReady).
 
 // groBatch is the receive batch of a shard reading with GRO: each message may be a 64 KiB run.
 const groBatch = 16
@@ -39,22 +45,23 @@ type shard struct {
 	conn conn.Conn
 
 	drive       sync.Mutex
-	waiters     atomic.Int32
-	lingerUntil atomic.Int64 // unix nanoseconds
+	bgDriving   atomic.Bool  // the background goroutine holds drive
+	want        atomic.Int32 // waiters blocked on drive: the background goroutine lets go and stays away
+	inStep      atomic.Bool  // the driver is handling packets or timers, not blocked in a read
+	lingerUntil atomic.Int64 // unix nanoseconds: until then a waiter's linger holds the shard
+	lingerArmed atomic.Bool  // lingerTimer is running
 	lingerTimer *time.Timer
 	bgWake      chan struct{}
 	kicked      atomic.Bool
+	armed       atomic.Int64 // the read deadline armed, unix nanoseconds; 0 when none is known
+	nready      atomic.Int32 // len(ready)
 
 	// Owned by the driver.
-	rx       rxState
-	tx       *txBatch
-	timers   timerHeap
-	work     []*QP
-	deadline time.Time // the socket's read deadline as last set, if deadlineSet
-	// deadlineSet is false when the socket's deadline is not known to be deadline: after a kick,
-	// which moves it to the past, or after a read that hit it.
-	deadlineSet bool
-	clockT      Timer // for clocks other than the real one: fires kick at the next deadline
+	rx     rxState
+	tx     *txBatch
+	timers timerHeap
+	work   []*QP
+	clockT Timer // for clocks other than the real one: fires kick at the next deadline
 
 	mu    sync.Mutex // guards ready and each QP's queued flag
 	ready []*QP
@@ -87,6 +94,7 @@ func newShard(d *Datapath, idx int, c conn.Conn) *shard {
 // kick makes the shard's current or next driver step without blocking in a read.
 func (s *shard) kick() {
 	s.kicked.Store(true)
+	s.armed.Store(0)
 	_ = s.conn.SetReadDeadline(time.Unix(1, 0))
 }
 
@@ -97,30 +105,45 @@ func (s *shard) wakeBackground() {
 	}
 }
 
-// markReady asks the shard's driver to file q's deadline (and pump it).
+// markReady asks the shard's driver to pump q and file its deadline, now.
 func (s *shard) markReady(q *QP) {
+	s.enqueue(q)
+	s.kick()
+}
+
+// fileDeadline asks the shard's driver to file q's deadline, at: at once if at comes before the
+// deadline the driver has armed, else at its next step, which comes by then.
+func (s *shard) fileDeadline(q *QP, at time.Time) {
+	s.enqueue(q)
+	if a := s.armed.Load(); a == 0 || at.UnixNano() < a {
+		s.kick()
+	}
+}
+
+func (s *shard) enqueue(q *QP) {
 	s.mu.Lock()
 	if !q.queued {
 		q.queued = true
 		s.ready = append(s.ready, q)
+		s.nready.Add(1)
 	}
 	s.mu.Unlock()
-	s.kick()
 }
 
 // file puts q's next deadline in the heap unless an earlier or equal one is there. The caller drives s;
 // q may belong to another shard, whose driver is then asked to file it.
 func (s *shard) file(q *QP) {
-	if q.shard != s {
-		q.shard.markReady(q)
-		return
-	}
 	q.mu.Lock()
 	var at time.Time
 	if !q.closed {
 		at = q.eng.NextDeadline()
 	}
 	ok := !at.IsZero() && (q.scheduled.IsZero() || at.Before(q.scheduled))
+	if ok && q.shard != s {
+		q.mu.Unlock()
+		q.shard.fileDeadline(q, at)
+		return
+	}
 	if ok {
 		q.scheduled = at
 	}
@@ -140,12 +163,15 @@ func (s *shard) background() {
 			select {
 			case <-s.bgWake:
 			case <-s.lingerTimer.C:
+				s.lingerArmed.Store(false)
 			case <-d.done:
 				return
 			}
 		}
-		for s.waiters.Load() == 0 {
+		s.bgDriving.Store(true)
+		for s.want.Load() == 0 { // until a waiter asks for the shard
 			if err := s.step(); err != nil {
+				s.bgDriving.Store(false)
 				s.drive.Unlock()
 				return
 			}
@@ -156,31 +182,40 @@ func (s *shard) background() {
 				runtime.Gosched()
 			}
 		}
+		s.bgDriving.Store(false)
 		s.drive.Unlock()
 	}
 }
 
-// takeBackground takes drive for the background goroutine if no waiter wants it and no linger holds it.
+// takeBackground takes drive for the background goroutine unless a waiter's linger holds it, in which
+// case it arms lingerTimer for the linger's end.
 func (s *shard) takeBackground() bool {
-	if s.d.closing.Load() || s.waiters.Load() != 0 {
+	if s.d.closing.Load() || s.want.Load() != 0 {
 		return false
 	}
 	if wait := s.lingerUntil.Load() - time.Now().UnixNano(); wait > 0 {
-		s.lingerTimer.Reset(time.Duration(wait))
+		if !s.lingerArmed.Swap(true) {
+			s.lingerTimer.Reset(time.Duration(wait))
+		}
 		return false
 	}
 	return s.drive.TryLock()
 }
 
 // driveFor drives the shard from a goroutine waiting on cq until cq holds a completion, done is
-// closed or the socket fails. See the top of the file.
-func (s *shard) driveFor(cq *CQ, done <-chan struct{}) {
-	s.waiters.Add(1)
-	s.lingerTimer.Stop()
+// closed or the socket fails. It returns false, having done nothing, when another waiter drives the
+// shard: the caller then parks on cq. See the top of the file.
+func (s *shard) driveFor(cq *CQ, done <-chan struct{}) bool {
+	d := s.d
 	if !s.drive.TryLock() {
+		if !s.bgDriving.Load() {
+			return false
+		}
+		s.want.Add(1) // the background goroutine lets go after its step, and stays away
 		s.kick()
-		s.d.stats.handovers.Add(1)
+		d.stats.handovers.Add(1)
 		s.drive.Lock()
+		s.want.Add(-1)
 	}
 	cq.driving.Store(s)
 	for cq.cq.Len() == 0 {
@@ -194,34 +229,48 @@ func (s *shard) driveFor(cq *CQ, done <-chan struct{}) {
 		break
 	}
 	cq.driving.Store(nil)
-	s.lingerUntil.Store(time.Now().Add(s.d.cfg.Linger).UnixNano())
-	s.drive.Unlock()
-	if s.waiters.Add(-1) == 0 {
-		s.lingerTimer.Reset(s.d.cfg.Linger)
+	if d.parked.Load() > 0 {
+		// Someone waits for a driver's notification: the background goroutine takes over now.
+		s.lingerUntil.Store(0)
+		s.drive.Unlock()
+		s.wakeBackground()
+		return true
 	}
+	s.lingerUntil.Store(time.Now().Add(d.cfg.Linger).UnixNano())
+	s.drive.Unlock()
+	if !s.lingerArmed.Swap(true) {
+		s.lingerTimer.Reset(d.cfg.Linger)
+	}
+	return true
 }
 
 // step runs one round of the driver: deadlines filed by others, due timers, then one read (or none,
 // after a kick) and its packets. It returns the socket's error once it is closed.
 func (s *shard) step() error {
 	d := s.d
+	s.inStep.Store(true)
 	s.collectReady()
 	now := d.clock.Now()
 	s.fireTimers(now)
-	s.pumpAll(s.work)
+	s.pumpAll(s.work, now)
 	s.work = s.work[:0]
-
-	if at := s.nextDeadline(); !s.deadlineSet || !at.Equal(s.deadline) {
-		s.setDeadline(at)
-	}
+	s.arm(s.nextDeadline(), now)
+	// A deadline filed after collectReady either shows in nready here or saw the deadline just armed
+	// (fileDeadline enqueues before it reads armed), so it is never left for later than it is due.
 	if s.kicked.Swap(false) {
-		s.deadlineSet = false
+		s.armed.Store(0)
+		s.inStep.Store(false)
 		return nil
 	}
+	if s.nready.Load() != 0 {
+		s.inStep.Store(false)
+		return nil
+	}
+	s.inStep.Store(false)
 	n, err := s.conn.ReadBatch(s.rx.msgs)
 	switch {
 	case err == conn.ErrDeadline:
-		s.deadlineSet = false
+		s.armed.Store(0)
 		return nil
 	case err != nil:
 		if err == conn.ErrClosed || d.closing.Load() {
@@ -230,32 +279,46 @@ func (s *shard) step() error {
 		d.stats.rxErrors.Add(1)
 		return nil
 	}
-	s.receive(n)
+	s.inStep.Store(true)
+	s.receive(n, d.clock.Now())
+	s.inStep.Store(false)
 	return nil
 }
 
-// setDeadline makes the next read return at at (zero: never), through the socket or the clock's timer.
-func (s *shard) setDeadline(at time.Time) {
-	s.deadline, s.deadlineSet = at, true
-	if s.clockT == nil {
-		if at.IsZero() {
+// arm makes the next read return by at, moving the armed deadline only earlier (see the top of the
+// file). With no deadline known armed (after a kick or a timeout) it arms at, or none.
+func (s *shard) arm(at, now time.Time) {
+	a := s.armed.Load()
+	switch {
+	case a != 0 && (at.IsZero() || at.UnixNano() >= a):
+		return
+	case a == 0 && at.IsZero():
+		if s.clockT == nil {
 			_ = s.conn.SetReadDeadline(time.Time{})
 		} else {
-			_ = s.conn.SetReadDeadline(at)
+			_ = s.conn.SetReadDeadline(time.Time{})
+			s.clockT.Stop()
 		}
+		s.armed.Store(noDeadline)
+		return
+	}
+	s.armed.Store(at.UnixNano())
+	if s.clockT == nil {
+		_ = s.conn.SetReadDeadline(at)
 		return
 	}
 	_ = s.conn.SetReadDeadline(time.Time{})
-	if at.IsZero() {
-		s.clockT.Stop()
-	} else {
-		s.clockT.Reset(max(at.Sub(s.d.clock.Now()), 0))
-	}
+	s.clockT.Reset(max(at.Sub(now), 0))
 }
 
-// collectReady moves the QPs other goroutines marked ready into the work list and files their
-// deadlines.
+// noDeadline is the armed value when the socket has no read deadline: every deadline is earlier.
+const noDeadline = 1<<63 - 1
+
+// collectReady moves the QPs other goroutines enqueued into the work list and files their deadlines.
 func (s *shard) collectReady() {
+	if s.nready.Load() == 0 {
+		return
+	}
 	s.mu.Lock()
 	start := len(s.work)
 	s.work = append(s.work, s.ready...)
@@ -264,6 +327,7 @@ func (s *shard) collectReady() {
 	}
 	clear(s.ready)
 	s.ready = s.ready[:0]
+	s.nready.Store(0)
 	s.mu.Unlock()
 	for _, q := range s.work[start:] {
 		s.file(q)

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goroce/goroce/internal/conn"
 	"github.com/goroce/goroce/internal/netdev"
@@ -63,16 +64,15 @@ func getTxBatch() *txBatch  { return txPool.Get().(*txBatch) }
 func putTxBatch(b *txBatch) { txPool.Put(b) }
 
 // pump moves q's packets into tb, flushing tb through p whenever it fills, until the engine has
-// nothing more to send now. It returns whether q's next deadline must be filed with its shard. The
-// caller holds p.mu (q's port) and not q.mu.
-func (p *port) pump(q *QP, tb *txBatch) (file bool) {
+// nothing more to send now. It returns q's next deadline if it must be filed with its shard (it is
+// earlier than the one filed), else the zero time. The caller holds p.mu (q's port) and not q.mu.
+func (p *port) pump(q *QP, tb *txBatch, now time.Time) (file time.Time) {
 	d := p.d
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return false
+		return time.Time{}
 	}
-	now := d.clock.Now()
 	maxSegs := p.conn.Offload().GSO
 	for {
 		if len(tb.msgs) == cap(tb.msgs) || cap(tb.arena)-len(tb.arena) < maxPacket {
@@ -92,7 +92,7 @@ func (p *port) pump(q *QP, tb *txBatch) (file bool) {
 		n := len(out)
 		tb.arena = tb.arena[:start+n]
 		pkt := tb.arena[start:]
-		id := tb.place(pkt, dst, q.trafficClass(tx), maxSegs, d.gso.allowed(dst.Addr()))
+		id := tb.place(pkt, dst, q.trafficClass(tx), maxSegs, q.gsoTo(dst))
 		seal(pkt, netip.AddrPortFrom(d.local.Addr(), p.num), dst, id)
 		if t := d.cfg.Tracer; t != nil {
 			if pp, err := wire.Parse(pkt); err == nil {
@@ -101,7 +101,9 @@ func (p *port) pump(q *QP, tb *txBatch) (file bool) {
 		}
 	}
 	next := q.eng.NextDeadline()
-	file = !next.IsZero() && (q.scheduled.IsZero() || next.Before(q.scheduled))
+	if !next.IsZero() && (q.scheduled.IsZero() || next.Before(q.scheduled)) {
+		file = next
+	}
 	q.mu.Unlock()
 	return file
 }
@@ -175,22 +177,22 @@ func (p *port) flush(tb *txBatch) {
 
 // send pumps q and sends what it produced, from the calling goroutine: a PostSend rings the
 // doorbell this way. It files q's deadline with its shard if that moved earlier.
-func (q *QP) send() {
+func (q *QP) send(now time.Time) {
 	p := q.port
 	tb := getTxBatch()
 	p.mu.Lock()
-	file := p.pump(q, tb)
+	at := p.pump(q, tb, now)
 	p.flush(tb)
 	p.mu.Unlock()
 	putTxBatch(tb)
-	if file {
-		q.shard.markReady(q)
+	if !at.IsZero() {
+		q.shard.fileDeadline(q, at)
 	}
 }
 
 // pumpAll pumps qs, which a driver collected, one port at a time (each port's QPs in one batch), and
 // files the deadlines that moved. It uses up qs: every entry is nil when it returns.
-func (s *shard) pumpAll(qs []*QP) {
+func (s *shard) pumpAll(qs []*QP, now time.Time) {
 	for i := range qs {
 		if qs[i] == nil {
 			continue
@@ -199,7 +201,7 @@ func (s *shard) pumpAll(qs []*QP) {
 		p.mu.Lock()
 		for k := i; k < len(qs); k++ {
 			if q := qs[k]; q != nil && q.port == p {
-				if p.pump(q, s.tx) {
+				if !p.pump(q, s.tx, now).IsZero() {
 					s.file(q)
 				}
 				qs[k] = nil
