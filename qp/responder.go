@@ -232,6 +232,12 @@ func needsRecv(i *wire.OpInfo) bool {
 	return (i.Op == wire.OpSend && i.Pos.StartsMessage()) || (i.Op == wire.OpWrite && i.Imm)
 }
 
+// completesRecv reports whether a packet with opcode info i ends a message that completes a receive:
+// a SEND's last (or only) packet, or a WRITE with immediate, which carries the immediate in its last.
+func completesRecv(i *wire.OpInfo) bool {
+	return (i.Op == wire.OpSend || (i.Op == wire.OpWrite && i.Imm)) && i.Pos.EndsMessage()
+}
+
 func (r *responder) handleRC(q *QP, p wire.Packet) {
 	bth := p.BTH()
 	psn := bth.PSN()
@@ -307,8 +313,11 @@ func (r *responder) handleRC(q *QP, p wire.Packet) {
 	r.psn = psn.Add(1)
 	r.nakSent = false
 	if bth.AckReq() {
+		// Only an ACK for a message that completed a receive here waits for company: the application
+		// may answer it, and the answer carries the ACK. Nothing answers a WRITE: its ACK leaves now,
+		// coalesced with those of the rest of the batch the datapath is handling.
 		var due time.Time
-		if d := q.cfg.AckDelay; d > 0 {
+		if d := q.cfg.AckDelay; d > 0 && completesRecv(i) {
 			due = r.now.Add(d)
 		}
 		r.queueAckDue(psn, wire.SyndromeACK(wire.CreditInvalid), false, due)
