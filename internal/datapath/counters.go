@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/goroce/goroce/internal/conn"
+	"github.com/goroce/goroce/wire"
 )
 
 // counters are the datapath's own, outside any QP.
@@ -74,4 +75,11 @@ func (d *Datapath) QPs(f func(*QP)) {
 		f(v.(*QP))
 		return true
 	})
+}
+
+// SourcePorts returns the UDP source port of every QP, by QPN.
+func (d *Datapath) SourcePorts() map[wire.QPN]uint16 {
+	m := make(map[wire.QPN]uint16)
+	d.QPs(func(q *QP) { m[q.qpn] = q.port.num })
+	return m
 }

@@ -86,10 +86,13 @@ func (c *CQ) Wait(ctx context.Context, wc []qp.Completion) (int, error) {
 		}
 		if s := c.home.Load(); s != nil && d.cfg.Linger >= 0 {
 			c.watch(ctx)
-			if s.driveFor(c, ctx.Done()) {
+			if s.tryDrive(c, ctx.Done()) {
 				d.stats.drivenWaits.Add(1)
 				continue
 			}
+			d.stats.parkedWaits.Add(1)
+			s.waitFor(ctx, c)
+			continue
 		}
 		d.stats.parkedWaits.Add(1)
 		d.parked.Add(1)

@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"context"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -45,11 +46,12 @@ type shard struct {
 	conn conn.Conn
 
 	drive       sync.Mutex
-	bgDriving   atomic.Bool  // the background goroutine holds drive
-	want        atomic.Int32 // waiters blocked on drive: the background goroutine lets go and stays away
-	inStep      atomic.Bool  // the driver is handling packets or timers, not blocked in a read
-	lingerUntil atomic.Int64 // unix nanoseconds: until then a waiter's linger holds the shard
-	lingerArmed atomic.Bool  // lingerTimer is running
+	bgDriving   atomic.Bool   // the background goroutine holds drive
+	want        atomic.Int32  // waiters parked until drive is free: the background goroutine lets go and stays away
+	free        chan struct{} // cap 1: tells a waiter in want that drive is free
+	inStep      atomic.Bool   // the driver is handling packets or timers, not blocked in a read
+	lingerUntil atomic.Int64  // unix nanoseconds: until then a waiter's linger holds the shard
+	lingerArmed atomic.Bool   // lingerTimer is running
 	lingerTimer *time.Timer
 	bgWake      chan struct{}
 	kicked      atomic.Bool
@@ -68,7 +70,7 @@ type shard struct {
 }
 
 func newShard(d *Datapath, idx int, c conn.Conn) *shard {
-	s := &shard{d: d, idx: idx, conn: c, bgWake: make(chan struct{}, 1), tx: getTxBatch()}
+	s := &shard{d: d, idx: idx, conn: c, bgWake: make(chan struct{}, 1), free: make(chan struct{}, 1), tx: getTxBatch()}
 	s.lingerTimer = time.NewTimer(time.Hour)
 	s.lingerTimer.Stop()
 	s.rx.init(c)
@@ -184,13 +186,18 @@ func (s *shard) background() {
 		}
 		s.bgDriving.Store(false)
 		s.drive.Unlock()
+		s.handOver()
 	}
 }
 
 // takeBackground takes drive for the background goroutine unless a waiter's linger holds it, in which
 // case it arms lingerTimer for the linger's end.
 func (s *shard) takeBackground() bool {
-	if s.d.closing.Load() || s.want.Load() != 0 {
+	if s.d.closing.Load() {
+		return false
+	}
+	if s.want.Load() != 0 {
+		s.handOver() // the shard is free as far as this goroutine knows: a waiter takes it
 		return false
 	}
 	if wait := s.lingerUntil.Load() - time.Now().UnixNano(); wait > 0 {
@@ -202,21 +209,21 @@ func (s *shard) takeBackground() bool {
 	return s.drive.TryLock()
 }
 
-// driveFor drives the shard from a goroutine waiting on cq until cq holds a completion, done is
-// closed or the socket fails. It returns false, having done nothing, when another waiter drives the
-// shard: the caller then parks on cq. See the top of the file.
-func (s *shard) driveFor(cq *CQ, done <-chan struct{}) bool {
-	d := s.d
+// tryDrive drives the shard from a goroutine waiting on cq, if it can take it at once, until cq holds
+// a completion, done is closed or the socket fails. It returns false, having done nothing, when
+// another goroutine drives the shard: the caller then announces that it wants the shard (want) and
+// parks, on cq and on free. See the top of the file.
+func (s *shard) tryDrive(cq *CQ, done <-chan struct{}) bool {
 	if !s.drive.TryLock() {
-		if !s.bgDriving.Load() {
-			return false
-		}
-		s.want.Add(1) // the background goroutine lets go after its step, and stays away
-		s.kick()
-		d.stats.handovers.Add(1)
-		s.drive.Lock()
-		s.want.Add(-1)
+		return false
 	}
+	s.driveLocked(cq, done)
+	return true
+}
+
+// driveLocked is tryDrive once drive is held; it lets go of it.
+func (s *shard) driveLocked(cq *CQ, done <-chan struct{}) {
+	d := s.d
 	cq.driving.Store(s)
 	for cq.cq.Len() == 0 {
 		select {
@@ -230,18 +237,61 @@ func (s *shard) driveFor(cq *CQ, done <-chan struct{}) bool {
 	}
 	cq.driving.Store(nil)
 	if d.parked.Load() > 0 {
-		// Someone waits for a driver's notification: the background goroutine takes over now.
+		// Goroutines wait for a driver, to notify them or to hand them the shard: no linger.
 		s.lingerUntil.Store(0)
 		s.drive.Unlock()
-		s.wakeBackground()
-		return true
+		s.handOver()
+		return
 	}
 	s.lingerUntil.Store(time.Now().Add(d.cfg.Linger).UnixNano())
 	s.drive.Unlock()
+	// A waiter that announced itself after the check above saw drive held, and parked: it must hear
+	// that the shard is free (it checked drive after announcing, so one of the two sees the other).
+	if s.want.Load() > 0 {
+		s.handOver()
+	}
 	if !s.lingerArmed.Swap(true) {
 		s.lingerTimer.Reset(d.cfg.Linger)
 	}
-	return true
+}
+
+// handOver passes the free shard on: to a waiter that wants it, or else to the background goroutine.
+func (s *shard) handOver() {
+	if s.want.Load() > 0 {
+		select {
+		case s.free <- struct{}{}:
+		default:
+		}
+		return
+	}
+	s.wakeBackground()
+}
+
+// waitFor parks a goroutine waiting on cq while another goroutine drives the shard, until a completion
+// comes (a driver notifies cq), the shard is free for it to drive, ctx ends or the datapath closes. It
+// announces itself in want first, so that a background driver lets go and does not come back, and a
+// driving waiter that lets go hands the shard over rather than keep it for its linger.
+func (s *shard) waitFor(ctx context.Context, cq *CQ) {
+	d := s.d
+	s.want.Add(1)
+	if s.drive.TryLock() {
+		s.want.Add(-1)
+		s.driveLocked(cq, ctx.Done())
+		return
+	}
+	if s.bgDriving.Load() {
+		s.kick()
+		d.stats.handovers.Add(1)
+	}
+	d.parked.Add(1)
+	select {
+	case <-cq.notify:
+	case <-s.free:
+	case <-ctx.Done():
+	case <-d.done:
+	}
+	d.parked.Add(-1)
+	s.want.Add(-1)
 }
 
 // step runs one round of the driver: deadlines filed by others, due timers, then one read (or none,
