@@ -169,8 +169,13 @@ func (p *port) flush(tb *txBatch) {
 			break // the socket is closing; what is not sent is lost like any packet
 		}
 	}
-	clear(msgs) // do not keep the arena reachable through stale messages
-	tb.msgs = msgs[:0]
+	tb.reset()
+}
+
+// reset empties tb for reuse.
+func (tb *txBatch) reset() {
+	clear(tb.msgs) // do not keep the arena reachable through stale messages
+	tb.msgs = tb.msgs[:0]
 	tb.arena = tb.arena[:0]
 	tb.open = false
 }
