@@ -23,6 +23,8 @@ type perftestCase struct {
 	flags string
 	size  int
 	iters int
+	// goroceFlags go to goroce perf only: its own flags, such as -stats.
+	goroceFlags string
 }
 
 func (c perftestCase) name() string {
@@ -187,7 +189,7 @@ func perftestGoroceClient(g *lab.Guest, c perftestCase, port int) perftestRun {
 		s := <-srv
 		return perftestRun{goroceErr: fmt.Errorf("ib_%s does not listen: %w", c.test, err), toolOut: s.out, toolErr: s.err}
 	}
-	args := append([]string{"perf", c.test, "-x", "1", "-p", strconv.Itoa(port), "-timeout", "90s"}, strings.Fields(c.args())...)
+	args := append([]string{"perf", c.test, "-x", "1", "-p", strconv.Itoa(port), "-timeout", "90s"}, strings.Fields(c.args()+" "+c.goroceFlags)...)
 	cout, cerr := lab.NSCommand(ctx, goroceBin, append(args, g.IP.String())...).CombinedOutput()
 	s := <-srv
 	return perftestRun{goroceOut: string(cout), goroceErr: cerr, toolOut: s.out, toolErr: s.err}
@@ -198,7 +200,7 @@ func perftestGoroceClient(g *lab.Guest, c perftestCase, port int) perftestRun {
 func perftestGoroceServer(g *lab.Guest, c perftestCase, port int) perftestRun {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	args := append([]string{"perf", c.test, "-x", "1", "-p", strconv.Itoa(port), "-timeout", "90s"}, strings.Fields(c.args())...)
+	args := append([]string{"perf", c.test, "-x", "1", "-p", strconv.Itoa(port), "-timeout", "90s"}, strings.Fields(c.args()+" "+c.goroceFlags)...)
 	cmd := lab.NSCommand(ctx, goroceBin, args...)
 	var sout lockedBuffer
 	cmd.Stdout, cmd.Stderr = &sout, &sout

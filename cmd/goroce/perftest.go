@@ -105,6 +105,7 @@ type perftestOptions struct {
 	atomicCAS bool
 	addr      string // local IP address of the device; empty: the TCP connection's local address
 	timeout   time.Duration
+	stats     bool // print the device's counters to stderr at the end
 }
 
 func perftestUsage(w io.Writer) {
@@ -161,6 +162,7 @@ func runPerftest(t *perftestTest, args []string) error {
 	fs.StringVar(&connType, "c", "RC", "connection type (only RC)")
 	fs.StringVar(&o.addr, "addr", "", "local IP address of the goroce device (default: the address the TCP exchange uses)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "give up after this long (0: never)")
+	fs.BoolVar(&o.stats, "stats", false, "print the goroce device's counters to stderr at the end (goroce's own flag)")
 	fs.Usage = func() {
 		perftestUsage(fs.Output())
 		fs.PrintDefaults()
@@ -362,6 +364,9 @@ func perftest(ctx context.Context, w io.Writer, t *perftestTest, o perftestOptio
 	// Closing the device first sends what it still holds back, such as the ACK of the peer's last
 	// message.
 	defer p.dev.Close()
+	if o.stats {
+		defer func() { printDeviceStats(os.Stderr, p.dev.Stats()) }()
+	}
 	pc := &perftestConn{c: conn, client: client}
 
 	mtu := wire.MTU4096
@@ -461,4 +466,13 @@ func perftest(ctx context.Context, w io.Writer, t *perftestTest, o perftestOptio
 		}
 	}
 	return nil
+}
+
+// printDeviceStats prints a device's counters on one line, name=value, for tests and curious users:
+// what went out in GSO runs, what came in, and whether anything was retransmitted or dropped.
+func printDeviceStats(w io.Writer, s goroce.Stats) {
+	fmt.Fprintf(w, "goroce stats: tx_packets=%d tx_gso=%d gso_fallback=%d rx_packets=%d rx_gro=%d drop_icrc=%d drop_malformed=%d "+
+		"completer_retry_err=%d duplicate_request=%d out_of_seq_request=%d\n",
+		s.TxPackets, s.TxGSO, s.GSOFallback, s.RxPackets, s.RxGRO, s.DropICRC, s.DropMalformed,
+		s.QP.CompleterRetryErr, s.QP.DuplicateRequest, s.QP.OutOfSeqRequest)
 }
