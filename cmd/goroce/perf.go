@@ -5,29 +5,25 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
 	"runtime"
-	"slices"
+	"strings"
+	"syscall"
 	"time"
 
-	"github.com/goroce/goroce"
-	"github.com/goroce/goroce/internal/conn"
-	"github.com/goroce/goroce/wire"
+	"github.com/goroce/goroce/internal/perf"
 )
 
 func init() {
-	register(command{"perf", "measure goroce: against raw UDP (perf loopback), or as a perftest peer (perf write_bw, read_lat, ...)", runPerf})
+	register(command{"perf", "measure goroce: against TCP and raw UDP (perf loopback), or as a perftest peer (perf write_bw, read_lat, ...)", runPerf})
 }
 
-type perfOptions struct {
-	duration time.Duration
-	msg      int
-	depth    int
-	pings    int
-	idleQPs  int
-	only     string
-}
+const perfLoopbackUsage = "usage: goroce perf loopback [-procs 1|2|both] [-runs n] [-d duration] [-only groups] [flags]"
 
 func runPerf(args []string) error {
 	if len(args) > 0 {
@@ -36,319 +32,350 @@ func runPerf(args []string) error {
 		}
 	}
 	if len(args) == 0 || args[0] != "loopback" {
-		fmt.Fprintln(os.Stderr, "usage: goroce perf loopback [-d duration] [-msg bytes] [-depth n] [-pings n] [-idle-qps n] [-only write|pingpong|idle]")
+		fmt.Fprintln(os.Stderr, perfLoopbackUsage)
 		perftestUsage(os.Stderr)
 		return errUsage
 	}
+	return perfLoopback(args[1:])
+}
+
+// perfLoopback parses the flags of `goroce perf loopback`, runs the measurements of package perf
+// and prints their report; with the hidden -child flag it is the child process those measurements
+// drive instead.
+func perfLoopback(args []string) error {
+	cfg := perf.DefaultConfig()
 	fs := flag.NewFlagSet("perf loopback", flag.ContinueOnError)
-	o := perfOptions{}
-	fs.DurationVar(&o.duration, "d", 3*time.Second, "how long each throughput run lasts")
-	fs.IntVar(&o.msg, "msg", 64<<10, "RDMA WRITE message size")
-	fs.IntVar(&o.depth, "depth", 16, "WRITEs kept outstanding")
-	fs.IntVar(&o.pings, "pings", 20000, "round trips of the ping-pong runs")
-	fs.IntVar(&o.idleQPs, "idle-qps", 10000, "connected idle RC QPs for the memory run")
-	fs.StringVar(&o.only, "only", "", "run one measurement: write, pingpong or idle")
-	if err := fs.Parse(args[1:]); err != nil {
+	procs := fs.String("procs", string(cfg.Procs), "where the peers run, `1|2|both`: 1 = both goroce devices (or both UDP sockets) in this process,\n"+
+		"the original figures; 2 = this process sends and a child process (this binary again) receives\n"+
+		"or answers, as goroce is used, next to Go TCP and raw UDP; both = each run makes both")
+	fs.IntVar(&cfg.Runs, "runs", cfg.Runs, "times each measurement runs, interleaved (A B C A B C ...); the report gives medians and ranges")
+	fs.DurationVar(&cfg.Duration, "d", cfg.Duration, "timed interval of each throughput measurement")
+	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "traffic before each timed interval")
+	fs.IntVar(&cfg.Msg, "msg", cfg.Msg, "goroce WRITE, READ and SEND message `bytes`")
+	fs.IntVar(&cfg.MTU, "mtu", cfg.MTU, "goroce path MTU of the streams, and the payload of a raw UDP datagram (which has 16 bytes more: BTH and ICRC)")
+	fs.IntVar(&cfg.QPs, "qps", cfg.QPs, "queue pairs of the multi-QP goroce runs, each with its CQ and goroutine (1: no multi-QP runs)")
+	fs.IntVar(&cfg.Depth, "depth", cfg.Depth, "goroce work requests outstanding per QP")
+	fs.IntVar(&cfg.CQMod, "cq-mod", cfg.CQMod, "goroce: one work request in `n` asks for a completion")
+	fs.IntVar(&cfg.TCPWrite, "tcp-write", cfg.TCPWrite, "`bytes` of each TCP write")
+	fs.IntVar(&cfg.Window, "window", cfg.Window, "raw UDP datagrams in flight")
+	fs.IntVar(&cfg.Burst, "burst", cfg.Burst, "raw UDP datagrams per GSO write")
+	fs.IntVar(&cfg.Pings, "pings", cfg.Pings, "round trips of each ping-pong run")
+	fs.IntVar(&cfg.IdleQPs, "idle-qps", cfg.IdleQPs, "connected idle RC QPs of the memory measurement, made once in this process (0: none)")
+	only := fs.String("only", "", "comma-separated `groups` to run: "+strings.Join(perf.Groups, ", ")+"; all unless set")
+	base := fs.String("addr", cfg.Base.String(), "first of the loopback `address`es used: this process +1, the child +2, the one-process pairs +3 to +12")
+	child := fs.Bool("child", false, "serve as the child process, on stdin and stdout (internal)")
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintln(w, perfLoopbackUsage)
+		fs.VisitAll(func(f *flag.Flag) {
+			if f.Name == "child" {
+				return
+			}
+			name, usage := flag.UnquoteUsage(f)
+			def := ""
+			if f.DefValue != "" {
+				def = " (default " + f.DefValue + ")"
+			}
+			fmt.Fprintf(w, "  -%s %s\n    \t%s%s\n", f.Name, name, strings.ReplaceAll(usage, "\n", "\n    \t"), def)
+		})
+	}
+	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	return perfLoopback(os.Stdout, o)
-}
-
-// perfLoopback runs goroce and the raw UDP path side by side on loopback and prints the ratios the
-// project's goals are stated in.
-func perfLoopback(w io.Writer, o perfOptions) error {
-	fmt.Fprintf(w, "goroce perf loopback: %d CPUs, GOMAXPROCS %d, %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
-	if o.only == "" || o.only == "write" {
-		if err := perfWrite(w, o); err != nil {
-			return err
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "goroce perf loopback: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return errUsage
+	}
+	if *child {
+		// The parent ends the child by closing its stdin, on Ctrl-C too: the terminal's SIGINT
+		// reaches the whole process group, and the child must not die before it has stopped.
+		signal.Ignore(os.Interrupt)
+		return perf.Serve(os.Stdin, os.Stdout)
+	}
+	cfg.Procs = perf.Procs(*procs)
+	if *only != "" {
+		for _, g := range strings.Split(*only, ",") {
+			cfg.Only = append(cfg.Only, strings.TrimSpace(g))
 		}
 	}
-	if o.only == "" || o.only == "pingpong" {
-		if err := perfPingPong(w, o); err != nil {
-			return err
-		}
-	}
-	if o.only == "" || o.only == "idle" {
-		if err := perfIdle(w, o); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// perfPair is two devices with one connected RC QP each.
-type perfPair struct {
-	a, b     *goroce.Device
-	pda, pdb *goroce.PD
-	cqa, cqb *goroce.CQ
-	qa, qb   *goroce.QP
-}
-
-func newPerfPair(a, b string, mtu wire.MTU) (*perfPair, error) {
-	p := &perfPair{}
 	var err error
-	if p.a, err = goroce.Open(goroce.Config{Addr: netip.MustParseAddr(a)}); err != nil {
-		return nil, err
+	if cfg.Base, err = netip.ParseAddr(*base); err != nil {
+		return fmt.Errorf("-addr: %w", err)
 	}
-	if p.b, err = goroce.Open(goroce.Config{Addr: netip.MustParseAddr(b)}); err != nil {
-		p.a.Close()
-		return nil, err
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
-	p.pda, _ = p.a.AllocPD()
-	p.pdb, _ = p.b.AllocPD()
-	p.cqa, _ = p.a.CreateCQ(4096)
-	p.cqb, _ = p.b.CreateCQ(4096)
-	init := func(cq *goroce.CQ) goroce.QPInit {
-		return goroce.QPInit{Type: goroce.RC, SendCQ: cq, RecvCQ: cq, MaxSendWR: 1024, MaxRecvWR: 1024}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this binary to start the child: %w", err)
 	}
-	p.qa, _ = p.pda.CreateQP(init(p.cqa))
-	p.qb, _ = p.pdb.CreateQP(init(p.cqb))
-	opts := goroce.ConnectOptions{MTU: mtu}
-	if err := p.qa.Connect(p.qb.Info(), opts); err != nil {
-		return nil, err
+	cfg.Child = perf.ChildCommand{Path: exe, Args: []string{"perf", "loopback", "-child"}}
+
+	// The first Ctrl-C ends the measurements cleanly (the child stopped, the report so far printed);
+	// a second one, the default again, ends the process at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	context.AfterFunc(ctx, stop)
+	w := os.Stdout
+	printPerfHeader(w, fs, cfg)
+	specs, _ := cfg.Specs()
+	width := titleWidth(specs)
+	rep, err := perf.Run(ctx, cfg, func(run int, s perf.Spec, o perf.Outcome) {
+		fmt.Fprintf(os.Stderr, "run %d/%d  %-*s  %s\n", run+1, cfg.Runs, width, s.Title, outcomeString(s, o))
+	})
+	if rep != nil {
+		printPerfReport(w, rep)
 	}
-	if err := p.qb.Connect(p.qa.Info(), opts); err != nil {
-		return nil, err
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("interrupted: %w", err)
 	}
-	return p, nil
+	return err
 }
 
-func (p *perfPair) close() {
-	p.a.Close()
-	p.b.Close()
+// printPerfHeader prints how to run the same measurements again and on what.
+func printPerfHeader(w io.Writer, fs *flag.FlagSet, cfg perf.Config) {
+	args := []string{filepath.Base(os.Args[0])}
+	for _, a := range os.Args[1:] {
+		args = append(args, shellQuote(a))
+	}
+	fmt.Fprintf(w, "command:  %s\n", strings.Join(args, " "))
+	all := []string{"goroce perf loopback"}
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := f.Value.String(); f.Name != "child" && v != "" {
+			all = append(all, "-"+f.Name+" "+shellQuote(v))
+		}
+	})
+	fmt.Fprintf(w, "settings: %s\n", strings.Join(all, " "))
+	kernel := "unknown kernel"
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		kernel = strings.TrimSpace(string(b))
+	}
+	fmt.Fprintf(w, "machine:  %d CPUs, GOMAXPROCS %d, %s, %s/%s %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, kernel)
+	if v, ok := os.LookupEnv("GOROCE_GSO"); ok {
+		fmt.Fprintf(w, "warning:  GOROCE_GSO=%s overrides every device's GSO mode: the GSO and one-datagram rows are not what they say\n", v)
+	}
+	fmt.Fprintf(w, "figures:  median [min-max] of %d runs, interleaved (every measurement once per run)\n", cfg.Runs)
 }
 
-// perfWrite streams RDMA WRITEs of o.msg bytes at MTU 4096 and compares with raw UDP datagrams the size
-// of a WRITE MIDDLE packet, with the same batching and a window as deep as goroce's PSN window.
-func perfWrite(w io.Writer, o perfOptions) error {
-	fmt.Fprintf(w, "\n== RC RDMA WRITE, %d-byte messages, MTU 4096, one QP, %d outstanding, %v\n", o.msg, o.depth, o.duration)
-	p, err := newPerfPair("127.0.3.1", "127.0.3.2", wire.MTU4096)
-	if err != nil {
-		return err
-	}
-	defer p.close()
-	src, err := p.pda.AllocMR(o.msg, goroce.LocalWrite)
-	if err != nil {
-		return err
-	}
-	dst, err := p.pdb.AllocMR(o.msg, goroce.LocalWrite|goroce.RemoteWrite)
-	if err != nil {
-		return err
-	}
-	wr := goroce.SendWR{Opcode: goroce.WRWrite, Flags: goroce.Signaled, SGL: []goroce.SGE{src.SGE(0, o.msg)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
-	ctx, cancel := context.WithTimeout(context.Background(), o.duration+30*time.Second)
-	defer cancel()
-	wcs := make([]goroce.Completion, 64)
-	post := func() error { return p.qa.PostSend(&wr) }
-	for i := 0; i < o.depth; i++ {
-		if err := post(); err != nil {
-			return err
-		}
-	}
-	// Warm up, then measure.
-	var ms0, ms1 runtime.MemStats
-	warm := time.Now().Add(o.duration / 10)
-	measuring := false
-	var start time.Time
-	var done uint64
-	s0 := p.a.Stats()
-	for {
-		n, err := p.cqa.Wait(ctx, wcs)
-		if err != nil {
-			return err
-		}
-		for _, wc := range wcs[:n] {
-			if wc.Status != goroce.StatusSuccess {
-				return fmt.Errorf("WRITE failed: %v", wc.Status)
-			}
-		}
-		now := time.Now()
-		if !measuring && now.After(warm) {
-			measuring, start = true, now
-			s0 = p.a.Stats()
-			runtime.ReadMemStats(&ms0)
-		} else if measuring {
-			done += uint64(n)
-			if now.Sub(start) >= o.duration {
-				break
-			}
-		}
-		for i := 0; i < n; i++ {
-			if err := post(); err != nil {
-				return err
-			}
-		}
-	}
-	elapsed := time.Since(start)
-	runtime.ReadMemStats(&ms1)
-	s1 := p.a.Stats()
-	gbps := float64(done) * float64(o.msg) * 8 / elapsed.Seconds() / 1e9
-	pkts := (s1.TxPackets - s0.TxPackets) + (s1.RxPackets - s0.RxPackets)
-	allocs := float64(ms1.Mallocs-ms0.Mallocs) / float64(max(pkts, 1))
-	fmt.Fprintf(w, "goroce:  %6.2f Gb/s goodput, %d messages, retransmissions %d, %.3f allocations per packet (A's send + receive path, %d packets)\n",
-		gbps, done, s1.QP.CompleterRetryErr-s0.QP.CompleterRetryErr, allocs, pkts)
+var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_./=:,+@%-]+$`)
 
-	// The raw path: datagrams the size of a WRITE MIDDLE transport packet (BTH + 4096 + ICRC), one way,
-	// with 128 in flight like goroce's PSN window.
-	size := wire.BTHLen + 4096 + wire.ICRCLen
-	raw, err := rawPair("127.0.3.3", "127.0.3.4")
-	if err != nil {
-		return err
+// shellQuote quotes s for a POSIX shell where it needs it.
+func shellQuote(s string) string {
+	if shellSafe.MatchString(s) {
+		return s
 	}
-	defer raw[0].Close()
-	defer raw[1].Close()
-	r, err := conn.RawThroughput(context.Background(), raw[0], raw[1], size, 128, o.duration)
-	if err != nil {
-		return err
-	}
-	rawPayload := r.Gbps * 4096 / float64(size)
-	fmt.Fprintf(w, "raw UDP: %6.2f Gb/s of %d-byte datagrams (%.2f Gb/s of the 4096-byte payloads they would carry), loss %.2f%%\n",
-		r.Gbps, size, rawPayload, r.Loss*100)
-	fmt.Fprintf(w, "ratio:   goroce / raw = %.0f%%  (goal: at least 70%%)\n", 100*gbps/rawPayload)
-	return nil
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-func rawPair(a, b string) ([2]conn.Conn, error) {
-	var out [2]conn.Conn
-	for i, s := range []string{a, b} {
-		c, err := conn.Listen(netip.AddrPortFrom(netip.MustParseAddr(s), goroce.DefaultPort), conn.Options{})
-		if err != nil {
-			if i == 1 {
-				out[0].Close()
-			}
-			return out, err
-		}
-		out[i] = c
+func titleWidth(specs []perf.Spec) int {
+	n := 0
+	for _, s := range specs {
+		n = max(n, len(s.Title))
 	}
-	return out, nil
+	return n
 }
 
-// perfPingPong measures the round trip of a 16-byte SEND answered by a 16-byte SEND, against a raw
-// UDP ping-pong of the same transport packet size.
-func perfPingPong(w io.Writer, o perfOptions) error {
-	fmt.Fprintf(w, "\n== 16-byte SEND ping-pong, %d round trips\n", o.pings)
-	p, err := newPerfPair("127.0.3.5", "127.0.3.6", wire.MTU1024)
-	if err != nil {
-		return err
+// outcomeString is one run's figure, for the progress lines.
+func outcomeString(s perf.Spec, o perf.Outcome) string {
+	switch {
+	case o.Err != nil:
+		return "error: " + o.Err.Error()
+	case s.Kind.PingPong():
+		return fmt.Sprintf("RTT p50 %v, p99 %v", o.Result.RTTP50.Round(100*time.Nanosecond), o.Result.RTTP99.Round(100*time.Nanosecond))
 	}
-	defer p.close()
-	ma, _ := p.pda.RegMR(make([]byte, 16), goroce.LocalWrite)
-	mb, _ := p.pdb.RegMR(make([]byte, 16), goroce.LocalWrite)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	// B echoes every message it receives, from its own goroutine.
-	errc := make(chan error, 1)
-	go func() {
-		wcs := make([]goroce.Completion, 16)
-		for i := 0; i < 512; i++ {
-			if err := p.qb.PostRecv(&goroce.RecvWR{SGL: []goroce.SGE{mb.SGE(0, 16)}}); err != nil {
-				errc <- err
-				return
-			}
-		}
-		for got := 0; got < o.pings+100; {
-			n, err := p.cqb.Wait(ctx, wcs)
-			if err != nil {
-				errc <- err
-				return
-			}
-			for _, wc := range wcs[:n] {
-				if wc.Opcode == goroce.CompRecv {
-					got++
-					if err := p.qb.PostRecv(&goroce.RecvWR{SGL: []goroce.SGE{mb.SGE(0, 16)}}); err != nil {
-						errc <- err
-						return
-					}
-					if err := p.qb.PostSend(&goroce.SendWR{Opcode: goroce.WRSend, Flags: goroce.Inline, InlineData: mb.Bytes()}); err != nil {
-						errc <- err
-						return
-					}
-				}
-			}
-		}
-		errc <- nil
-	}()
-	wcs := make([]goroce.Completion, 16)
-	rtts := make([]time.Duration, 0, o.pings)
-	for i := 0; i < o.pings+100; i++ {
-		if err := p.qa.PostRecv(&goroce.RecvWR{SGL: []goroce.SGE{ma.SGE(0, 16)}}); err != nil {
-			return err
-		}
-		t0 := time.Now()
-		if err := p.qa.PostSend(&goroce.SendWR{Opcode: goroce.WRSend, Flags: goroce.Inline, InlineData: ma.Bytes()}); err != nil {
-			return err
-		}
-		for answered := false; !answered; {
-			n, err := p.cqa.Wait(ctx, wcs)
-			if err != nil {
-				return err
-			}
-			for _, wc := range wcs[:n] {
-				if wc.Status != goroce.StatusSuccess {
-					return fmt.Errorf("ping failed: %v", wc.Status)
-				}
-				if wc.Opcode == goroce.CompRecv {
-					answered = true
-				}
-			}
-		}
-		if i >= 100 { // the first hundred warm up
-			rtts = append(rtts, time.Since(t0))
-		}
-	}
-	if err := <-errc; err != nil {
-		return err
-	}
-	slices.Sort(rtts)
-	p50, p99 := rtts[len(rtts)/2], rtts[len(rtts)*99/100]
-	fmt.Fprintf(w, "goroce:  RTT p50 %v, p99 %v\n", p50.Round(100*time.Nanosecond), p99.Round(100*time.Nanosecond))
-	raw, err := rawPair("127.0.3.7", "127.0.3.8")
-	if err != nil {
-		return err
-	}
-	defer raw[0].Close()
-	defer raw[1].Close()
-	r, err := conn.RawPingPong(context.Background(), raw[0], raw[1], wire.BTHLen+16+wire.ICRCLen, o.pings)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "raw UDP: RTT p50 %v, p99 %v (32-byte datagrams, the size of a 16-byte SEND_ONLY)\n", r.RTTP50.Round(100*time.Nanosecond), r.RTTP99.Round(100*time.Nanosecond))
-	fmt.Fprintf(w, "ratio:   goroce / raw p50 = %.2fx  (goal: at most 1.5x)\n", float64(p50)/float64(r.RTTP50))
-	return nil
+	return fmt.Sprintf("%7.2f Gb/s", o.Result.Gbps)
 }
 
-// perfIdle creates connected idle RC QPs on one device and reports the memory they take.
-func perfIdle(w io.Writer, o perfOptions) error {
-	fmt.Fprintf(w, "\n== %d connected idle RC QPs on one device\n", o.idleQPs)
-	d, err := goroce.Open(goroce.Config{Addr: netip.MustParseAddr("127.0.3.9"), MaxQPs: o.idleQPs + 16})
-	if err != nil {
-		return err
+// printPerfReport prints the summary of every measurement, then the ratios, the idle QPs' memory,
+// the notes and the errors.
+func printPerfReport(w io.Writer, rep *perf.Report) {
+	cfg := rep.Config
+	sections := []struct {
+		title string
+		two   bool
+	}{
+		{fmt.Sprintf("two processes: this one (%v) sends, a child process (%v) receives or answers", addrPlus(cfg.Base, 1), addrPlus(cfg.Base, 2)), true},
+		{"one process: both peers in this process, as `perf loopback` always measured them", false},
 	}
-	defer d.Close()
-	pd, _ := d.AllocPD()
-	cq, _ := d.CreateCQ(1024)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	qps := make([]*goroce.QP, 0, o.idleQPs)
-	peer := goroce.GIDFromAddr(netip.MustParseAddr("127.0.3.10"))
-	start := time.Now()
-	for i := 0; i < o.idleQPs; i++ {
-		q, err := pd.CreateQP(goroce.QPInit{Type: goroce.RC, SendCQ: cq, RecvCQ: cq})
-		if err != nil {
-			return err
+	for _, sec := range sections {
+		var thr, rtt [][]string
+		for _, s := range rep.Specs {
+			switch {
+			case s.Kind.TwoProcess() != sec.two:
+			case s.Kind.PingPong():
+				rtt = append(rtt, []string{s.Title, summaryString(rep, s.ID, perf.P50, "%.1f"), summaryString(rep, s.ID, perf.P99, "%.1f"), packetsString(rep, s)})
+			default:
+				thr = append(thr, []string{s.Title, summaryString(rep, s.ID, perf.Gbps, "%.2f"), allocsString(rep, s), retransString(rep, s)})
+			}
 		}
-		if err := q.Connect(goroce.RemoteInfo{QPN: wire.QPN(0x100 + i), PSN: 1, GID: peer}, goroce.ConnectOptions{}); err != nil {
-			return err
+		if len(thr)+len(rtt) == 0 {
+			continue
 		}
-		qps = append(qps, q)
+		fmt.Fprintf(w, "\n== %s\n", sec.title)
+		if len(thr) > 0 {
+			printTable(w, append([][]string{{"throughput", "Gb/s of payload", "allocs/packet", "retransmissions"}}, thr...))
+		}
+		if len(rtt) > 0 {
+			printTable(w, append([][]string{{"round trips", "RTT p50, us", "RTT p99, us", "packets/round trip"}}, rtt...))
+		}
 	}
-	elapsed := time.Since(start)
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	mib := float64(after.HeapInuse-before.HeapInuse) / (1 << 20)
-	fmt.Fprintf(w, "goroce:  %.1f MiB of heap for %d QPs (%.1f KiB each), created and connected in %v  (goal: under 200 MiB)\n",
-		mib, len(qps), mib*1024/float64(len(qps)), elapsed.Round(time.Millisecond))
-	runtime.KeepAlive(qps)
-	return nil
+	if ratios := rep.Ratios(); len(ratios) > 0 {
+		var rows [][]string
+		for _, r := range ratios {
+			goal := ""
+			if r.Goal != "" {
+				goal = "goal: " + r.Goal
+			}
+			rows = append(rows, []string{r.Name, formatSummary(r.Summary, "%.2f", cfg.Runs), goal})
+		}
+		fmt.Fprintf(w, "\n== ratios: taken within each run, then their median [min-max]\n")
+		printTable(w, rows)
+	}
+	if rep.Idle != nil {
+		i := rep.Idle
+		mib := float64(i.HeapBytes) / (1 << 20)
+		fmt.Fprintf(w, "\n== %d connected idle RC QPs on one device\n  %.1f MiB of heap (%.1f KiB each), created and connected in %v  (goal: under 200 MiB)\n",
+			i.QPs, mib, mib*1024/float64(max(i.QPs, 1)), i.Elapsed.Round(time.Millisecond))
+	}
+	if rep.IdleErr != nil {
+		fmt.Fprintf(w, "\n== idle RC QPs: error: %v\n", rep.IdleErr)
+	}
+	var notes, errs []string
+	for _, s := range rep.Specs {
+		for run, o := range rep.Outcomes[s.ID] {
+			if !o.Done {
+				continue
+			}
+			if o.Err != nil {
+				errs = append(errs, fmt.Sprintf("%s, run %d: %v", s.Title, run+1, o.Err))
+			}
+			for _, n := range o.Result.Notes {
+				notes = append(notes, fmt.Sprintf("%s, run %d: %s", s.Title, run+1, n))
+			}
+		}
+	}
+	if len(notes) > 0 {
+		fmt.Fprintf(w, "\n== notes\n  %s\n", strings.Join(notes, "\n  "))
+	}
+	if len(errs) > 0 {
+		fmt.Fprintf(w, "\n== errors (those runs have no figure)\n  %s\n", strings.Join(errs, "\n  "))
+	}
+	fmt.Fprint(w, `
+Gb/s of payload: goroce messages completed at the sender, TCP bytes written, raw UDP datagrams the
+  receiver acknowledged counted at 4096 bytes each (the RoCE payload of a 4112-byte packet).
+allocs/packet: heap allocations per packet the goroce device sent or received, median over the runs:
+  this process in the timed interval / the child from the interval's start to the stop. In one
+  process: per packet of device A, both devices' allocations counted.
+retransmissions: go-back-N retransmissions goroce started, both sides, all runs.
+packets/round trip: goroce packets the pinging device sent and received per round trip, median over
+  the runs: a SEND and its ACK each way make 4.
+`)
+}
+
+// printTable prints rows in aligned columns, indented; the last column is not padded.
+func printTable(w io.Writer, rows [][]string) {
+	var width []int
+	for _, r := range rows {
+		for i, c := range r {
+			if i == len(width) {
+				width = append(width, 0)
+			}
+			width[i] = max(width[i], len(c))
+		}
+	}
+	for _, r := range rows {
+		var b strings.Builder
+		b.WriteString(" ")
+		for i, c := range r {
+			b.WriteString(" ")
+			if i < len(r)-1 {
+				fmt.Fprintf(&b, "%-*s ", width[i], c)
+			} else {
+				b.WriteString(c)
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+}
+
+func addrPlus(base netip.Addr, n byte) netip.Addr {
+	b := base.As4()
+	b[3] += n
+	return netip.AddrFrom4(b)
+}
+
+// ran reports whether any run got to measurement id.
+func ran(rep *perf.Report, id string) bool {
+	for _, o := range rep.Outcomes[id] {
+		if o.Done {
+			return true
+		}
+	}
+	return false
+}
+
+// summaryString is a measurement's summary for the table.
+func summaryString(rep *perf.Report, id string, m perf.Metric, format string) string {
+	if !ran(rep, id) {
+		return "not run"
+	}
+	return formatSummary(rep.Summary(id, m), format, rep.Config.Runs)
+}
+
+// formatSummary writes "median [min-max]", and how many runs count when some did not.
+func formatSummary(s perf.Summary, format string, runs int) string {
+	if s.N == 0 {
+		return "no figure"
+	}
+	out := fmt.Sprintf(format+" ["+format+"-"+format+"]", s.Median, s.Min, s.Max)
+	if s.N < runs {
+		out += fmt.Sprintf(" (%d of %d runs)", s.N, runs)
+	}
+	return out
+}
+
+// allocsString is the median allocations per packet of a measurement over its runs: this
+// process's, and the child's if it reported them.
+func allocsString(rep *perf.Report, s perf.Spec) string {
+	var mine, peer []float64
+	for _, o := range rep.Outcomes[s.ID] {
+		if o.Done && o.Err == nil {
+			mine, peer = append(mine, o.Result.Allocs), append(peer, o.Result.PeerAllocs)
+		}
+	}
+	a, b := perf.Median(mine), perf.Median(peer)
+	switch {
+	case math.IsNaN(a):
+		return "-"
+	case math.IsNaN(b):
+		return fmt.Sprintf("%.3f", a)
+	}
+	return fmt.Sprintf("%.3f / %.3f", a, b)
+}
+
+// packetsString is the median packets per round trip of a goroce ping-pong over its runs.
+func packetsString(rep *perf.Report, s perf.Spec) string {
+	var v []float64
+	for _, o := range rep.Outcomes[s.ID] {
+		if o.Done && o.Err == nil {
+			v = append(v, o.Result.PacketsPerRTT)
+		}
+	}
+	if m := perf.Median(v); !math.IsNaN(m) {
+		return fmt.Sprintf("%.2f", m)
+	}
+	return "-"
+}
+
+// retransString sums a goroce measurement's retransmissions over its runs.
+func retransString(rep *perf.Report, s perf.Spec) string {
+	if s.QPs == 0 || !ran(rep, s.ID) {
+		return "-"
+	}
+	var n uint64
+	for _, o := range rep.Outcomes[s.ID] {
+		n += o.Result.Retransmissions
+	}
+	return fmt.Sprint(n)
 }
