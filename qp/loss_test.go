@@ -387,10 +387,12 @@ func TestAckDelay(t *testing.T) {
 	}
 	must(t, l.b.qp.PostSend(l.now, &SendWR{ID: 3, Opcode: WRSend, Flags: Signaled})) // the reply
 	l.run(time.Second)
+	// The held ACK leaves right behind the reply, its company, so that a datapath can send the two
+	// in one GSO write.
 	l.expectLadder(
 		"-> SEND_ONLY psn=256 A",
-		"<- ACKNOWLEDGE psn=256 [ACK msn=1]",
 		"<- SEND_ONLY psn=512 A",
+		"<- ACKNOWLEDGE psn=256 [ACK msn=1]",
 		"-> ACKNOWLEDGE psn=512 [ACK msn=1]",
 	)
 	// The last ACK had no company: it left when the delay ended.

@@ -80,6 +80,9 @@ type QP struct {
 	rsp responder
 
 	counters Counters
+	// companyAt is the time of the AppendPacket round that built a request: a delayed ACK goes after
+	// the requests built in the same round (same now), as their company.
+	companyAt time.Time
 }
 
 // New creates a queue pair in the RESET state.
@@ -344,19 +347,30 @@ func (q *QP) NextDeadline() time.Time {
 }
 
 // AppendPacket appends the next packet the QP wants to send to dst and reports where it goes. Responses
-// (ACKs, NAKs, READ responses, atomic acknowledgements) come before new requests. The packet ends with
-// a zero ICRC for the datapath to fill in, since the ICRC covers IP and UDP headers only the datapath
-// knows. It returns false when there is nothing to send now: check NextDeadline.
+// (ACKs, NAKs, READ responses, atomic acknowledgements) come before new requests, except an ACK held
+// back for company (Config.AckDelay): it goes right after the requests a round of calls with the same
+// now builds, the last packet of that round. The owner then sends the two together, and a datapath
+// that cuts its packets into GSO runs can end the requests' run with the small ACK. The packet ends
+// with a zero ICRC for the datapath to fill in, since the ICRC covers IP and UDP headers only the
+// datapath knows. It returns false when there is nothing to send now: check NextDeadline.
 func (q *QP) AppendPacket(now time.Time, dst []byte) ([]byte, Tx, bool) {
-	// A delayed ACK goes with a request this QP has to send.
-	force := q.req.next < q.sq.n && (q.state == StateRTS || q.state == StateSQD)
-	if out, tx, ok := q.rsp.appendPacket(q, now, dst, force); ok {
-		q.counters.SentPkts++
-		return out, tx, true
+	company := !now.IsZero() && q.companyAt.Equal(now)
+	if !company {
+		if out, tx, ok := q.rsp.appendPacket(q, now, dst, false); ok {
+			q.counters.SentPkts++
+			return out, tx, true
+		}
 	}
 	if out, tx, ok := q.req.appendPacket(q, now, dst); ok {
 		q.counters.SentPkts++
+		q.companyAt = now
 		return out, tx, true
+	}
+	if company {
+		if out, tx, ok := q.rsp.appendPacket(q, now, dst, true); ok {
+			q.counters.SentPkts++
+			return out, tx, true
+		}
 	}
 	return dst, Tx{}, false
 }
