@@ -27,8 +27,6 @@ const (
 
 	// accessKnown is every bit Register accepts.
 	accessKnown = LocalWrite | RemoteWrite | RemoteRead | RemoteAtomic | MWBind
-	// accessRemote is every right that lets a peer reach the region.
-	accessRemote = RemoteWrite | RemoteRead | RemoteAtomic
 )
 
 var accessNames = [...]struct {

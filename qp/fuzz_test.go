@@ -12,12 +12,12 @@ import (
 // fuzzResponder is a responder QP with three regions inside guarded buffers: one a peer may write,
 // one it may only read, and a receive buffer.
 type fuzzResponder struct {
-	l                    *link
-	arena                []byte
-	writable, readOnly   *mr.Region
-	recv                 *mr.Region
-	wStart, rStart, vEnd int
-	snapshot             []byte
+	l                  *link
+	arena              []byte
+	writable, readOnly *mr.Region
+	recv               *mr.Region
+	rStart             int
+	snapshot           []byte
 }
 
 const fuzzGuard = 64

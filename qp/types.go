@@ -75,8 +75,6 @@ func (o WROpcode) isAtomic() bool { return o == WRCompareSwap || o == WRFetchAdd
 // isReadAtomic reports whether o needs a responder resource and an initiator depth credit.
 func (o WROpcode) isReadAtomic() bool { return o == WRRead || o.isAtomic() }
 
-func (o WROpcode) isSend() bool { return o == WRSend || o == WRSendImm || o == WRSendInv }
-
 func (o WROpcode) isWrite() bool { return o == WRWrite || o == WRWriteImm }
 
 // allowedOn reports whether a QP of type t can carry o. IBTA Vol 1 chapter 10 (work requests per

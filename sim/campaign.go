@@ -162,7 +162,7 @@ type campaignConn struct {
 	reads             []wantRead
 	atomics           []wantAtomic
 	writes            []wantWrite // for the cut profile: disjoint writes, checked one by one
-	sendErr, recvErr  string
+	sendErr           string
 	lossy             bool // the profile loses packets: a retry exhaustion may be legitimate
 	recvOff, atomOff  int
 	readOff, writeOff int

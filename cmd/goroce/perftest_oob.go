@@ -208,10 +208,9 @@ func (p *perftestConn) handshake(mine perftestDest) (perftestDest, error) {
 // big-endian integers (remote version 5.33 and later), bandwidths in MB/s (2^20 bytes) and the message
 // rate in Mpps as big-endian doubles.
 type perftestBWReport struct {
-	size, iters     uint64
-	bwPeak, bwAvg   float64
-	msgRate         float64
-	peakUnavailable bool // the side measured no peak (printed as 0.00)
+	size, iters   uint64
+	bwPeak, bwAvg float64
+	msgRate       float64
 }
 
 // xchgReports exchanges bandwidth reports field by field.

@@ -300,7 +300,7 @@ func pingpong(ctx context.Context, w, ew io.Writer, o pingpongOptions) error {
 		if o.host != "" && o.chk && !c.ud {
 			buf := c.mr.Bytes()
 			for i := 0; i < len(buf); i += pageSize {
-				buf[i] = byte(i / pageSize % 1) // rc_pingpong's pattern: i / page_size % sizeof(char)
+				buf[i] = 0 // rc_pingpong writes i / page_size % sizeof(char): always 0
 			}
 		}
 		if c.ud {
