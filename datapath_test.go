@@ -301,3 +301,48 @@ func TestWaitersOnOneShard(t *testing.T) {
 		t.Errorf("driven waits %d, parked waits %d: with %d waiters on one shard, want both", s.DrivenWaits, s.ParkedWaits, pairs)
 	}
 }
+
+// TestPeerVanishes: a peer that stops answering makes the requester's sends fail with the retry
+// counter exceeded, after its retries and their timeouts, while the application waits on its CQ (the
+// waiting goroutine drives the shard, whose timers must fire).
+func TestPeerVanishes(t *testing.T) {
+	for _, mode := range []string{"wait", "poll"} {
+		t.Run(mode, func(t *testing.T) {
+			p := newPair(t, nil, RC, ConnectOptions{Timeout: 10, RetryCnt: 2}) // 4.2 ms, 3 tries
+			src, _ := p.pda.RegMR(make([]byte, 100), LocalWrite)
+			dst, _ := p.pdb.RegMR(make([]byte, 100), LocalWrite)
+			must(t, p.qb.PostRecv(&RecvWR{ID: 1, SGL: []SGE{dst.SGE(0, 100)}}))
+			must(t, p.qa.PostSend(&SendWR{ID: 1, Opcode: WRSend, Flags: Signaled, SGL: []SGE{src.SGE(0, 100)}}))
+			if wc := wait(t, p.cqa, 1)[0]; wc.Status != StatusSuccess {
+				t.Fatal(wc)
+			}
+			p.b.Close()
+			start := time.Now()
+			must(t, p.qa.PostSend(&SendWR{ID: 2, Opcode: WRSend, Flags: Signaled, SGL: []SGE{src.SGE(0, 100)}}))
+			var wc Completion
+			if mode == "wait" {
+				// Three tries of 4.2 ms each: ten seconds without the completion is a hang.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				wcs := make([]Completion, 1)
+				if _, err := p.cqa.Wait(ctx, wcs); err != nil {
+					t.Fatalf("no completion: %v (the timers of the shard the waiter drives did not fire)", err)
+				}
+				wc = wcs[0]
+			} else {
+				wcs := make([]Completion, 1)
+				for p.cqa.Poll(wcs) == 0 {
+					if time.Since(start) > time.Minute {
+						t.Fatal("no completion")
+					}
+					time.Sleep(time.Millisecond)
+				}
+				wc = wcs[0]
+			}
+			if wc.Status != StatusRetryExcErr {
+				t.Fatalf("completion %+v, want retry counter exceeded", wc)
+			}
+			t.Logf("retry counter exceeded after %v", time.Since(start))
+		})
+	}
+}

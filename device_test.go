@@ -196,6 +196,9 @@ func TestMessageSizesLoopback(t *testing.T) {
 	must(t, err)
 	for _, n := range []int{1, 3, 4095, 4096, 4097, 65536, 1 << 20, max} {
 		clear(dst.Bytes()[:n])
+		// The peer's engine writes the region next: the race detector must see it follow this
+		// goroutine's accesses, and it cannot see the order a socket gives (see observe).
+		observe(p.qb)
 		must(t, p.qa.PostSend(&SendWR{ID: uint64(n), Opcode: WRWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, n)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}))
 		wc := wait(t, p.cqa, 1)[0]
 		observe(p.qb)

@@ -60,8 +60,9 @@ const (
 	RemoteRead   = mr.RemoteRead
 	RemoteAtomic = mr.RemoteAtomic
 
-	StatusSuccess    = qp.StatusSuccess
-	StatusWRFlushErr = qp.StatusWRFlushErr
+	StatusSuccess     = qp.StatusSuccess
+	StatusWRFlushErr  = qp.StatusWRFlushErr
+	StatusRetryExcErr = qp.StatusRetryExcErr
 
 	CompSend            = qp.CompSend
 	CompRDMAWrite       = qp.CompRDMAWrite

@@ -3,6 +3,7 @@ package mr
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -120,7 +121,6 @@ type Region struct {
 	table         *Table
 	pd            *PD
 	buf           []byte // the memory; immutable
-	mapping       []byte // the whole mmap when goroce allocated buf; nil otherwise
 	iova          uint64
 	access        Access
 	invalidatable bool
@@ -193,11 +193,13 @@ func (t *Table) Register(pd *PD, buf []byte, access Access, opts ...Option) (*Re
 	if len(buf) == 0 {
 		return nil, ErrEmpty
 	}
-	return t.register(pd, buf, nil, access, opts)
+	return t.register(pd, buf, access, opts)
 }
 
-// Alloc allocates length bytes of zeroed, page-aligned memory with mmap and registers it as a region of
-// pd. Deregister unmaps it; there is no finalizer, so a region that is never deregistered leaks.
+// Alloc allocates length bytes of zeroed, page-aligned memory and registers it as a region of pd. The
+// memory belongs to the Go heap: Deregister revokes the keys and leaves the memory to the program, which
+// may go on using Bytes (a stale slice never faults), and the collector frees it once nothing refers to
+// it.
 func (t *Table) Alloc(pd *PD, length int, access Access, opts ...Option) (*Region, error) {
 	if length <= 0 {
 		return nil, ErrEmpty
@@ -205,19 +207,22 @@ func (t *Table) Alloc(pd *PD, length int, access Access, opts ...Option) (*Regio
 	if err := access.validate(); err != nil {
 		return nil, err
 	}
-	mapping, err := mmap(length)
-	if err != nil {
-		return nil, err
-	}
-	r, err := t.register(pd, mapping[:length], mapping, access, opts)
-	if err != nil {
-		munmap(mapping)
-		return nil, err
-	}
-	return r, nil
+	return t.register(pd, alignedBytes(length), access, opts)
 }
 
-func (t *Table) register(pd *PD, buf, mapping []byte, access Access, opts []Option) (*Region, error) {
+// alignedBytes returns n zeroed bytes that start on a page boundary, as ibv_reg_mr users get from
+// posix_memalign and rxe's memory from its pages.
+func alignedBytes(n int) []byte {
+	page := os.Getpagesize()
+	b := make([]byte, n+page)
+	off := 0
+	if r := int(uintptr(unsafe.Pointer(&b[0])) % uintptr(page)); r != 0 {
+		off = page - r
+	}
+	return b[off : off+n : off+n]
+}
+
+func (t *Table) register(pd *PD, buf []byte, access Access, opts []Option) (*Region, error) {
 	if err := access.validate(); err != nil {
 		return nil, err
 	}
@@ -235,7 +240,6 @@ func (t *Table) register(pd *PD, buf, mapping []byte, access Access, opts []Opti
 	r := &Region{
 		pd:            pd,
 		buf:           buf,
-		mapping:       mapping,
 		iova:          iova,
 		access:        access,
 		invalidatable: cfg.invalidatable,
@@ -298,7 +302,7 @@ func (r *Region) setKeys(t *Table, k uint8) {
 }
 
 // Deregister removes r: when it returns, every access through r's keys has finished and every later one
-// fails with ErrBadKey. Memory from Alloc is then unmapped. It fails with ErrNotRegistered if r is not
+// fails with ErrBadKey. The memory stays the program's. It fails with ErrNotRegistered if r is not
 // registered in t.
 func (t *Table) Deregister(r *Region) error {
 	t.mu.Lock()
@@ -317,9 +321,6 @@ func (t *Table) Deregister(r *Region) error {
 	t.chunks[r.index>>chunkBits].Load().regions[r.index&(chunkSize-1)].Store(nil)
 	t.free = append(t.free, r.index)
 	r.pd.regions--
-	if r.mapping != nil {
-		munmap(r.mapping)
-	}
 	return nil
 }
 

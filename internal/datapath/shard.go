@@ -59,6 +59,7 @@ type shard struct {
 	nready      atomic.Int32 // len(ready)
 
 	// Owned by the driver.
+	waitCQ *CQ // the CQ of the waiter that drives, if a waiter does
 	rx     rxState
 	tx     *txBatch
 	timers timerHeap
@@ -225,6 +226,7 @@ func (s *shard) tryDrive(cq *CQ, done <-chan struct{}) bool {
 func (s *shard) driveLocked(cq *CQ, done <-chan struct{}) {
 	d := s.d
 	cq.driving.Store(s)
+	s.waitCQ = cq
 	for cq.cq.Len() == 0 {
 		select {
 		case <-done:
@@ -235,6 +237,7 @@ func (s *shard) driveLocked(cq *CQ, done <-chan struct{}) {
 		}
 		break
 	}
+	s.waitCQ = nil
 	cq.driving.Store(nil)
 	if d.parked.Load() > 0 {
 		// Goroutines wait for a driver, to notify them or to hand them the shard: no linger.
@@ -316,7 +319,12 @@ func (s *shard) step() error {
 		s.inStep.Store(false)
 		return nil
 	}
+	// A completion for the waiter that drives, pushed while inStep held (by a timer above, or by
+	// another goroutine), kicked no one: it shows here. One pushed after this check kicks.
 	s.inStep.Store(false)
+	if c := s.waitCQ; c != nil && c.cq.Len() > 0 {
+		return nil
+	}
 	n, err := s.conn.ReadBatch(s.rx.msgs)
 	switch {
 	case err == conn.ErrDeadline:

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command gsoprobe checks, on a real kernel path, which IPv4 identification and DF flag the datagrams
 // of a UDP GSO send carry. It is a test tool for interop/gso_test.go, not a user command.
 //

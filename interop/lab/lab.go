@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package lab is goroce's interop harness: it builds a Debian guest image with Linux soft-RoCE (rxe),
 // boots guests under qemu inside a network namespace of its own, and runs commands in them.
 //

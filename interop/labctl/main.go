@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command labctl drives goroce's interop lab by hand: Debian guests with Linux soft-RoCE (rxe) under
 // qemu, in the network namespace goroce-rxe (bridge 10.77.0.1/24, guest N = 10.77.0.(10+N)).
 //
