@@ -5,14 +5,12 @@ import (
 	"net/netip"
 	"testing"
 	"time"
-
-	"github.com/goroce/goroce/wire"
 )
 
 // BenchmarkSendPingPong measures the round trip of a 16-byte SEND answered by a 16-byte SEND between
 // two devices on loopback sockets; the raw UDP path's figure comes from `goroce perf loopback`.
 func BenchmarkSendPingPong(b *testing.B) {
-	p := newPair(b, nil, RC, ConnectOptions{MTU: wire.MTU1024})
+	p := newPair(b, nil, RC, ConnectOptions{MTU: MTU1024})
 	ma, _ := p.pda.RegMR(make([]byte, 16), LocalWrite)
 	mb, _ := p.pdb.RegMR(make([]byte, 16), LocalWrite)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -91,11 +89,11 @@ func BenchmarkWriteStream(b *testing.B) {
 				return d
 			}
 			p := &testPair{a: open(a), b: open(c)}
-			p.connect(b, RC, ConnectOptions{MTU: wire.MTU4096})
+			p.connect(b, RC, ConnectOptions{MTU: MTU4096})
 			const size = 64 << 10
 			src, _ := p.pda.AllocMR(size, LocalWrite)
 			dst, _ := p.pdb.AllocMR(size, LocalWrite|RemoteWrite)
-			wr := SendWR{Opcode: WRWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
+			wr := SendWR{Opcode: WRRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			wcs := make([]Completion, 16)

@@ -50,19 +50,19 @@ func TestGSORunsOnTheWire(t *testing.T) {
 	var sent []conn.Message
 	tapped := conn.WrapNetwork(mem, func(c conn.Conn) conn.Conn { return wiretap{c, &mu, &sent} })
 	a, b := loopbackAddrs()
-	da, err := Open(Config{Addr: a, Network: tapped})
+	da, err := Open(Config{Addr: a, Network: rawNetwork{tapped}})
 	must(t, err)
 	defer da.Close()
-	db, err := Open(Config{Addr: b, Network: mem})
+	db, err := Open(Config{Addr: b, Network: rawNetwork{mem}})
 	must(t, err)
 	defer db.Close()
 	p := &testPair{a: da, b: db}
-	p.connect(t, RC, ConnectOptions{MTU: wire.MTU4096})
+	p.connect(t, RC, ConnectOptions{MTU: MTU4096})
 	const size = 64 << 10
 	src, _ := p.pda.AllocMR(size, LocalWrite)
 	fill(src.Bytes(), 5)
 	dst, _ := p.pdb.AllocMR(size, LocalWrite|RemoteWrite)
-	must(t, p.qa.PostSend(&SendWR{ID: 1, Opcode: WRWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}))
+	must(t, p.qa.PostSend(&SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}))
 	if wc := wait(t, p.cqa, 1)[0]; wc.Status != StatusSuccess {
 		t.Fatal(wc)
 	}
@@ -153,19 +153,19 @@ func (g *gsoRefuser) WriteBatch(msgs []conn.Message) (int, error) {
 func TestGSOFallbackLosesNothing(t *testing.T) {
 	mem := conn.NewMemNetwork()
 	a, b := loopbackAddrs()
-	da, err := Open(Config{Addr: a, Network: conn.WrapNetwork(mem, func(c conn.Conn) conn.Conn { return &gsoRefuser{Conn: c} }), ICRC: ICRCStrict})
+	da, err := Open(Config{Addr: a, Network: rawNetwork{conn.WrapNetwork(mem, func(c conn.Conn) conn.Conn { return &gsoRefuser{Conn: c} })}, ICRC: ICRCStrict})
 	must(t, err)
 	defer da.Close()
-	db, err := Open(Config{Addr: b, Network: mem, ICRC: ICRCStrict})
+	db, err := Open(Config{Addr: b, Network: rawNetwork{mem}, ICRC: ICRCStrict})
 	must(t, err)
 	defer db.Close()
 	p := &testPair{a: da, b: db}
-	p.connect(t, RC, ConnectOptions{MTU: wire.MTU4096})
+	p.connect(t, RC, ConnectOptions{MTU: MTU4096})
 	const size = 1 << 20
 	src, _ := p.pda.AllocMR(size, LocalWrite)
 	fill(src.Bytes(), 9)
 	dst, _ := p.pdb.AllocMR(size, LocalWrite|RemoteWrite)
-	must(t, p.qa.PostSend(&SendWR{ID: 1, Opcode: WRWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}))
+	must(t, p.qa.PostSend(&SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}))
 	if wc := wait(t, p.cqa, 1)[0]; wc.Status != StatusSuccess {
 		t.Fatal(wc)
 	}
@@ -186,10 +186,10 @@ func TestGSOFallbackLosesNothing(t *testing.T) {
 func TestSourcePortPerQP(t *testing.T) {
 	mem := conn.NewMemNetwork()
 	a, b := loopbackAddrs()
-	da, err := Open(Config{Addr: a, Network: mem, SourcePorts: 4})
+	da, err := Open(Config{Addr: a, Network: rawNetwork{mem}, SourcePorts: 4})
 	must(t, err)
 	defer da.Close()
-	db, err := Open(Config{Addr: b, Network: mem})
+	db, err := Open(Config{Addr: b, Network: rawNetwork{mem}})
 	must(t, err)
 	defer db.Close()
 	pda, _ := da.AllocPD()
@@ -202,10 +202,10 @@ func TestSourcePortPerQP(t *testing.T) {
 		must(t, err)
 		qb, err := pdb.CreateQP(QPInit{Type: RC, SendCQ: cqb, RecvCQ: cqb})
 		must(t, err)
-		must(t, qa.Connect(qb.Info(), ConnectOptions{}))
-		must(t, qb.Connect(qa.Info(), ConnectOptions{}))
-		must(t, qb.PostRecv(&RecvWR{ID: 1}))
-		must(t, qa.PostSend(&SendWR{ID: 1, Opcode: WRSend, Flags: Signaled}))
+		must(t, qa.Connect(qb.Endpoint(), nil))
+		must(t, qb.Connect(qa.Endpoint(), nil))
+		must(t, qb.PostRecv(&RecvWR{WRID: 1}))
+		must(t, qa.PostSend(&SendWR{WRID: 1, Opcode: WRSend, Flags: Signaled}))
 		qas = append(qas, qa)
 	}
 	for _, wc := range wait(t, cqa, 16) {
@@ -251,7 +251,7 @@ func TestWaitersOnOneShard(t *testing.T) {
 			defer wg.Done()
 			wcs := make([]Completion, 4)
 			for i := range 4 {
-				if err := q.PostRecv(&RecvWR{ID: uint64(i)}); err != nil {
+				if err := q.PostRecv(&RecvWR{WRID: uint64(i)}); err != nil {
 					errs <- err
 					return
 				}
@@ -311,14 +311,14 @@ func TestPeerVanishes(t *testing.T) {
 			p := newPair(t, nil, RC, ConnectOptions{Timeout: 10, RetryCnt: 2}) // 4.2 ms, 3 tries
 			src, _ := p.pda.RegMR(make([]byte, 100), LocalWrite)
 			dst, _ := p.pdb.RegMR(make([]byte, 100), LocalWrite)
-			must(t, p.qb.PostRecv(&RecvWR{ID: 1, SGL: []SGE{dst.SGE(0, 100)}}))
-			must(t, p.qa.PostSend(&SendWR{ID: 1, Opcode: WRSend, Flags: Signaled, SGL: []SGE{src.SGE(0, 100)}}))
+			must(t, p.qb.PostRecv(&RecvWR{WRID: 1, SGL: []SGE{dst.SGE(0, 100)}}))
+			must(t, p.qa.PostSend(&SendWR{WRID: 1, Opcode: WRSend, Flags: Signaled, SGL: []SGE{src.SGE(0, 100)}}))
 			if wc := wait(t, p.cqa, 1)[0]; wc.Status != StatusSuccess {
 				t.Fatal(wc)
 			}
 			p.b.Close()
 			start := time.Now()
-			must(t, p.qa.PostSend(&SendWR{ID: 2, Opcode: WRSend, Flags: Signaled, SGL: []SGE{src.SGE(0, 100)}}))
+			must(t, p.qa.PostSend(&SendWR{WRID: 2, Opcode: WRSend, Flags: Signaled, SGL: []SGE{src.SGE(0, 100)}}))
 			var wc Completion
 			if mode == "wait" {
 				// Three tries of 4.2 ms each: ten seconds without the completion is a hang.

@@ -5,12 +5,15 @@
 //
 // A minimal RC connection:
 //
-//	dev, _ := goroce.Open(goroce.Config{Addr: netip.MustParseAddr("127.0.0.1")})
+//	dev, _ := goroce.Open(goroce.Config{Addr: netip.MustParseAddr("127.0.0.1"), Port: goroce.DefaultPort})
 //	pd, _ := dev.AllocPD()
 //	cq, _ := dev.CreateCQ(64)
 //	qp, _ := pd.CreateQP(goroce.QPInit{Type: goroce.RC, SendCQ: cq, RecvCQ: cq})
-//	// exchange qp.Info() with the peer out of band, then:
-//	qp.Connect(peerInfo, goroce.ConnectOptions{})
+//	// send qp.Endpoint() to the peer out of band, receive its Endpoint, then:
+//	qp.Connect(peer, nil)
+//
+// Tests need no sockets: devices opened on one NewMemNetwork talk to each other in memory, with the
+// losses and delays a test asks for.
 //
 // Concurrency: every method is safe for concurrent use. Inside (package internal/datapath), each QP
 // lives on one of the device's shards, which receives its packets and keeps its timers, and sends from
@@ -27,6 +30,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/goroce/goroce/congestion"
@@ -37,15 +41,6 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// Errors of the device API. They match with errors.Is.
-var (
-	ErrClosed     = datapath.ErrClosed
-	ErrBusy       = errors.New("goroce: resource still in use")
-	ErrBadConfig  = datapath.ErrBadConfig
-	ErrForeign    = errors.New("goroce: object belongs to another device or protection domain")
-	ErrTooManyQPs = datapath.ErrTooManyQPs
-)
-
 // DefaultPort is the RoCEv2 UDP port. IBTA Annex A17.
 const DefaultPort = wire.UDPPort
 
@@ -53,7 +48,9 @@ const DefaultPort = wire.UDPPort
 type Config struct {
 	// Addr is the local IP address the device binds to and derives its GID from. Required.
 	Addr netip.Addr
-	// Port is the UDP port the device receives on and sends to on its peers: 4791 unless set.
+	// Port is the UDP port the device receives on. 0 picks a free port, as for any socket, which
+	// suits tests and devices that talk only to goroce peers told of it (Endpoint.Port); RoCEv2 peers
+	// such as rxe and NICs send to DefaultPort (4791), so a device that talks to them sets it.
 	Port uint16
 	// Clock is where the device reads the time; RealClock unless set.
 	Clock Clock
@@ -95,9 +92,9 @@ type Config struct {
 	// DCQCN paper section 3.2.
 	CNPInterval time.Duration
 
-	// Network replaces the host's UDP sockets. Its type is internal: it is for goroce's own tests and
-	// tools (an in-memory network, a lossy wrapper); programs leave it nil.
-	Network conn.Network
+	// Network is where the device's packets travel: the host's UDP sockets unless set, or a
+	// MemNetwork for hermetic tests.
+	Network Network
 }
 
 // GSOMode says whether a device sends runs of equal-sized packets (the middle packets of a message,
@@ -164,6 +161,11 @@ type Device struct {
 
 	closing atomic.Bool
 
+	events        chan AsyncEvent
+	eventsMu      sync.RWMutex // guards eventsClosed against a post racing with the close
+	eventsClosed  bool
+	eventsDropped atomic.Uint64
+
 	mu      sync.Mutex // guards objects
 	objects map[closer]struct{}
 }
@@ -174,9 +176,6 @@ type closer interface{ close() }
 func Open(cfg Config) (*Device, error) {
 	if !cfg.Addr.IsValid() {
 		return nil, fmt.Errorf("%w: no address", ErrBadConfig)
-	}
-	if cfg.Port == 0 {
-		cfg.Port = DefaultPort
 	}
 	_, real := cfg.Clock.(RealClock)
 	if cfg.Clock == nil {
@@ -198,10 +197,14 @@ func Open(cfg Config) (*Device, error) {
 	}
 	cfg.GSO = gsoFromEnv(cfg.GSO)
 	local := netip.AddrPortFrom(cfg.Addr, cfg.Port)
-	d := &Device{cfg: cfg, clock: cfg.Clock, mem: mr.NewTable(), local: local, gid: GIDFromAddr(cfg.Addr),
-		objects: map[closer]struct{}{}}
+	d := &Device{cfg: cfg, clock: cfg.Clock, mem: mr.NewTable(), gid: GIDFromAddr(cfg.Addr),
+		objects: map[closer]struct{}{}, events: make(chan AsyncEvent, eventQueueLen)}
+	var network conn.Network
+	if cfg.Network != nil {
+		network = cfg.Network.network()
+	}
 	dcfg := datapath.Config{
-		Network: cfg.Network, Addr: local, Shards: cfg.Shards, SourcePorts: cfg.SourcePorts,
+		Network: network, Addr: local, OnEvent: d.onEvent, Shards: cfg.Shards, SourcePorts: cfg.SourcePorts,
 		GSO: datapath.GSOMode(cfg.GSO), NoGRO: cfg.NoGRO, RecvBuffer: cfg.RecvBuffer, MaxQPs: cfg.MaxQPs,
 		ICRC: datapath.ICRCMode(cfg.ICRC), Clock: clockAdapter{cfg.Clock}, RealClock: real,
 		CNPInterval: cfg.CNPInterval,
@@ -211,9 +214,16 @@ func Open(cfg Config) (*Device, error) {
 	}
 	dp, err := datapath.Open(dcfg)
 	if err != nil {
+		// The socket's own words, without the internal packages' prefixes: "address already in use"
+		// matches syscall.EADDRINUSE.
+		var errno syscall.Errno
+		if errors.As(err, &errno) {
+			err = errno
+		}
 		return nil, fmt.Errorf("goroce: opening %v: %w", local, err)
 	}
 	d.dp = dp
+	d.local = dp.LocalAddr()
 	return d, nil
 }
 
@@ -258,6 +268,7 @@ func (d *Device) Close() error {
 	for o := range objs {
 		o.close()
 	}
+	d.closeEvents()
 	return err
 }
 
@@ -280,6 +291,7 @@ type Stats struct {
 	DropICRC                               uint64 // ICRC mismatch
 	DropUnknownQPN                         uint64 // no QP with the destination QPN
 	DropWrongPeer                          uint64 // an RC/UC packet from another address than the QP's peer
+	DropNotReady                           uint64 // an RC/UC packet for a QP not yet connected (before RTR): connect both ends first
 	DropTruncated                          uint64 // datagram larger than a receive buffer
 	DropNoRoute                            uint64 // a packet to a GID with no usable address
 	CERcvd                                 uint64 // packets that arrived marked Congestion Experienced
@@ -289,6 +301,7 @@ type Stats struct {
 	RxGRO                                  uint64 // coalesced runs received (UDP GRO)
 	DrivenWaits                            uint64 // CQ waits that drove their shard (no hand-off on the way to them)
 	ParkedWaits                            uint64 // CQ waits that parked until another goroutine's completion woke them
+	EventsDropped                          uint64 // asynchronous events lost because nobody read Events
 	QP                                     qp.Counters
 }
 
@@ -300,7 +313,8 @@ func (d *Device) Stats() Stats {
 		DropMalformed: s.DropMalformed, DropICRC: s.DropICRC, DropUnknownQPN: s.DropUnknownQPN,
 		DropWrongPeer: s.DropWrongPeer, DropTruncated: s.DropTruncated, DropNoRoute: s.DropNoRoute,
 		CERcvd: s.CERcvd, CNPSent: s.CNPSent, TxGSO: s.TxGSO, GSOFallback: s.GSOFallback, RxGRO: s.RxGRO,
-		DrivenWaits: s.DrivenWaits, ParkedWaits: s.ParkedWaits,
+		DrivenWaits: s.DrivenWaits, ParkedWaits: s.ParkedWaits, DropNotReady: s.DropNotReady,
+		EventsDropped: d.eventsDropped.Load(),
 	}
 	d.dp.QPs(func(q *datapath.QP) {
 		c := q.Counters()

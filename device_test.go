@@ -42,14 +42,14 @@ func newDevices(t testing.TB, mem *conn.MemNetwork, wrap func(conn.Conn) conn.Co
 	open := func(addr netip.Addr) *Device {
 		cfg := Config{Addr: addr}
 		if mem != nil {
-			cfg.Network = mem
+			cfg.Network = rawNetwork{mem}
 		}
 		if wrap != nil {
 			base := conn.UDP
 			if mem != nil {
 				base = mem
 			}
-			cfg.Network = conn.WrapNetwork(base, wrap)
+			cfg.Network = rawNetwork{conn.WrapNetwork(base, wrap)}
 		}
 		d, err := Open(cfg)
 		if err != nil {
@@ -80,8 +80,33 @@ func (p *testPair) connect(t testing.TB, typ QPType, opts ConnectOptions) {
 	must(t, err)
 	p.qb, err = p.pdb.CreateQP(QPInit{Type: typ, SendCQ: p.cqb, RecvCQ: p.cqb, MaxSendWR: 512, MaxRecvWR: 512})
 	must(t, err)
-	must(t, p.qa.Connect(p.qb.Info(), opts))
-	must(t, p.qb.Connect(p.qa.Info(), opts))
+	must(t, p.qa.Connect(p.qb.Endpoint(), withDefaults(opts)))
+	must(t, p.qb.Connect(p.qa.Endpoint(), withDefaults(opts)))
+}
+
+// withDefaults is the tests' shorthand: o with its zero fields but MTU taken from
+// DefaultConnectOptions.
+func withDefaults(o ConnectOptions) *ConnectOptions {
+	d := DefaultConnectOptions()
+	if o.Access == 0 {
+		o.Access = d.Access
+	}
+	if o.Timeout == 0 {
+		o.Timeout = d.Timeout
+	}
+	if o.RetryCnt == 0 {
+		o.RetryCnt = d.RetryCnt
+	}
+	if o.RNRRetry == 0 {
+		o.RNRRetry = d.RNRRetry
+	}
+	if o.MinRNRTimer == 0 {
+		o.MinRNRTimer = d.MinRNRTimer
+	}
+	if o.RdAtomic == 0 {
+		o.RdAtomic = d.RdAtomic
+	}
+	return &o
 }
 
 func must(t testing.TB, err error) {
@@ -135,15 +160,15 @@ func exerciseEveryOpcode(t *testing.T, p *testPair, size int) {
 	binary.NativeEndian.PutUint64(remote.Bytes()[at:], 40)
 	recv, err := p.pdb.RegMR(make([]byte, 2*size), LocalWrite)
 	must(t, err)
-	must(t, p.qb.PostRecv(&RecvWR{ID: 1, SGL: []SGE{recv.SGE(0, size)}}))
-	must(t, p.qb.PostRecv(&RecvWR{ID: 2, SGL: []SGE{recv.SGE(size, size)}}))
+	must(t, p.qb.PostRecv(&RecvWR{WRID: 1, SGL: []SGE{recv.SGE(0, size)}}))
+	must(t, p.qb.PostRecv(&RecvWR{WRID: 2, SGL: []SGE{recv.SGE(size, size)}}))
 	wrs := []SendWR{
-		{ID: 1, Opcode: WRSend, SGL: []SGE{src.SGE(0, size)}},
-		{ID: 2, Opcode: WRWrite, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: remote.Addr(), RKey: remote.RKey()},
-		{ID: 3, Opcode: WRWriteImm, Imm: 0x1234, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: remote.Addr() + uint64(size), RKey: remote.RKey()},
-		{ID: 4, Opcode: WRRead, SGL: []SGE{local.SGE(0, size)}, RemoteAddr: remote.Addr() + uint64(2*size), RKey: remote.RKey()},
-		{ID: 5, Opcode: WRFetchAdd, SGL: []SGE{local.SGE(size, 8)}, RemoteAddr: remote.Addr() + uint64(at), RKey: remote.RKey(), CompareAdd: 2},
-		{ID: 6, Opcode: WRCompareSwap, SGL: []SGE{local.SGE(size+8, 8)}, RemoteAddr: remote.Addr() + uint64(at), RKey: remote.RKey(), CompareAdd: 42, Swap: 7},
+		{WRID: 1, Opcode: WRSend, SGL: []SGE{src.SGE(0, size)}},
+		{WRID: 2, Opcode: WRRDMAWrite, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: remote.Addr(), RKey: remote.RKey()},
+		{WRID: 3, Opcode: WRRDMAWriteImm, Imm: 0x1234, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: remote.Addr() + uint64(size), RKey: remote.RKey()},
+		{WRID: 4, Opcode: WRRDMARead, SGL: []SGE{local.SGE(0, size)}, RemoteAddr: remote.Addr() + uint64(2*size), RKey: remote.RKey()},
+		{WRID: 5, Opcode: WRFetchAdd, SGL: []SGE{local.SGE(size, 8)}, RemoteAddr: remote.Addr() + uint64(at), RKey: remote.RKey(), CompareAdd: 2},
+		{WRID: 6, Opcode: WRCompareSwap, SGL: []SGE{local.SGE(size+8, 8)}, RemoteAddr: remote.Addr() + uint64(at), RKey: remote.RKey(), CompareAdd: 42, Swap: 7},
 	}
 	for i := range wrs {
 		wrs[i].Flags = Signaled
@@ -151,13 +176,13 @@ func exerciseEveryOpcode(t *testing.T, p *testPair, size int) {
 	}
 	got := wait(t, p.cqa, len(wrs))
 	for i, wc := range got {
-		if wc.Status != StatusSuccess || wc.WRID != wrs[i].ID {
+		if wc.Status != StatusSuccess || wc.WRID != wrs[i].WRID {
 			t.Fatalf("send completion %d: %+v", i, wc)
 		}
 	}
 	rc := wait(t, p.cqb, 2)
 	observe(p.qb)
-	if rc[0].ByteLen != uint32(size) || rc[1].Opcode != qp.CompRecvRDMAWithImm || rc[1].Imm != 0x1234 {
+	if rc[0].ByteLen != uint32(size) || rc[1].Opcode != CompRecvRDMAWithImm || rc[1].Imm != 0x1234 {
 		t.Fatalf("receive completions %+v", rc)
 	}
 	want := src.Bytes()
@@ -181,13 +206,13 @@ func TestEveryOpcodeMemNetwork(t *testing.T) {
 }
 
 func TestEveryOpcodeLoopback(t *testing.T) {
-	p := newPair(t, nil, RC, ConnectOptions{MTU: wire.MTU4096})
+	p := newPair(t, nil, RC, ConnectOptions{MTU: MTU4096})
 	exerciseEveryOpcode(t, p, 10000)
 }
 
 // Messages from 1 byte to 16 MiB over real sockets, data verified.
 func TestMessageSizesLoopback(t *testing.T) {
-	p := newPair(t, nil, RC, ConnectOptions{MTU: wire.MTU4096})
+	p := newPair(t, nil, RC, ConnectOptions{MTU: MTU4096})
 	const max = 16 << 20
 	src, err := p.pda.AllocMR(max, LocalWrite)
 	must(t, err)
@@ -199,7 +224,7 @@ func TestMessageSizesLoopback(t *testing.T) {
 		// The peer's engine writes the region next: the race detector must see it follow this
 		// goroutine's accesses, and it cannot see the order a socket gives (see observe).
 		observe(p.qb)
-		must(t, p.qa.PostSend(&SendWR{ID: uint64(n), Opcode: WRWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, n)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}))
+		must(t, p.qa.PostSend(&SendWR{WRID: uint64(n), Opcode: WRRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, n)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}))
 		wc := wait(t, p.cqa, 1)[0]
 		observe(p.qb)
 		if wc.Status != StatusSuccess || !bytes.Equal(src.Bytes()[:n], dst.Bytes()[:n]) {
@@ -226,10 +251,10 @@ func TestManyQPsLoopback(t *testing.T) {
 		must(t, err)
 		qb, err := pdb.CreateQP(QPInit{Type: RC, SendCQ: cqb, RecvCQ: cqb})
 		must(t, err)
-		must(t, qa.Connect(qb.Info(), ConnectOptions{}))
-		must(t, qb.Connect(qa.Info(), ConnectOptions{}))
-		must(t, qb.PostRecv(&RecvWR{ID: uint64(i), SGL: []SGE{dst.SGE(i*size, size)}}))
-		must(t, qa.PostSend(&SendWR{ID: uint64(i), Opcode: WRSend, Flags: Signaled, SGL: []SGE{src.SGE(i*size, size)}}))
+		must(t, qa.Connect(qb.Endpoint(), nil))
+		must(t, qb.Connect(qa.Endpoint(), nil))
+		must(t, qb.PostRecv(&RecvWR{WRID: uint64(i), SGL: []SGE{dst.SGE(i*size, size)}}))
+		must(t, qa.PostSend(&SendWR{WRID: uint64(i), Opcode: WRSend, Flags: Signaled, SGL: []SGE{src.SGE(i*size, size)}}))
 	}
 	for _, wc := range wait(t, cqa, nqp) {
 		if wc.Status != StatusSuccess {
@@ -255,8 +280,8 @@ func TestRemoteErrorsLoopback(t *testing.T) {
 		rkey   func(*MR) wire.RKey
 		want   Status
 	}{
-		{"no registration", 0, func(*MR) wire.RKey { return 0x12345678 }, qp.StatusRemAccessErr},
-		{"read-only region", RemoteRead, func(m *MR) wire.RKey { return m.RKey() }, qp.StatusRemAccessErr},
+		{"no registration", 0, func(*MR) wire.RKey { return 0x12345678 }, StatusRemAccessErr},
+		{"read-only region", RemoteRead, func(m *MR) wire.RKey { return m.RKey() }, StatusRemAccessErr},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPair(t, nil, RC, ConnectOptions{})
@@ -266,7 +291,7 @@ func TestRemoteErrorsLoopback(t *testing.T) {
 				access = RemoteRead
 			}
 			remote, _ := p.pdb.RegMR(make([]byte, 64), access)
-			must(t, p.qa.PostSend(&SendWR{ID: 1, Opcode: WRWrite, SGL: []SGE{src.SGE(0, 64)}, RemoteAddr: remote.Addr(), RKey: tc.rkey(remote)}))
+			must(t, p.qa.PostSend(&SendWR{WRID: 1, Opcode: WRRDMAWrite, SGL: []SGE{src.SGE(0, 64)}, RemoteAddr: remote.Addr(), RKey: tc.rkey(remote)}))
 			if wc := wait(t, p.cqa, 1)[0]; wc.Status != tc.want {
 				t.Fatalf("status %v, want %v", wc.Status, tc.want)
 			}
@@ -286,8 +311,8 @@ func TestLossRecoveredLoopback(t *testing.T) {
 	fill(src.Bytes(), 8)
 	dst, _ := p.pdb.AllocMR(size, LocalWrite|RemoteWrite|RemoteRead)
 	back, _ := p.pda.AllocMR(size, LocalWrite)
-	must(t, p.qa.PostSend(&SendWR{ID: 1, Opcode: WRWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}))
-	must(t, p.qa.PostSend(&SendWR{ID: 2, Opcode: WRRead, Flags: Signaled, SGL: []SGE{back.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}))
+	must(t, p.qa.PostSend(&SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}))
+	must(t, p.qa.PostSend(&SendWR{WRID: 2, Opcode: WRRDMARead, Flags: Signaled, SGL: []SGE{back.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}))
 	for _, wc := range wait(t, p.cqa, 2) {
 		if wc.Status != StatusSuccess {
 			t.Fatalf("%+v\nrequester %+v\nresponder %+v\ndevice A %+v\ndevice B %+v", wc, p.qa.Counters(), p.qb.Counters(), p.a.Stats(), p.b.Stats())
@@ -308,18 +333,17 @@ func TestAPIMisuse(t *testing.T) {
 	cq, _ := p.a.CreateCQ(8)
 	q, err := p.pda.CreateQP(QPInit{Type: RC, SendCQ: cq, RecvCQ: cq})
 	must(t, err)
-	if err := q.PostSend(&SendWR{Opcode: WRSend}); !errors.Is(err, qp.ErrInvalidState) {
+	if err := q.PostSend(&SendWR{Opcode: WRSend}); !errors.Is(err, ErrBadState) {
 		t.Errorf("post send in RESET: %v", err)
 	}
 	other, _ := p.a.AllocPD()
 	foreign, _ := other.RegMR(make([]byte, 64), LocalWrite)
-	must(t, p.qa.PostSend(&SendWR{ID: 9, Opcode: WRSend, SGL: []SGE{foreign.SGE(0, 64)}}))
-	if wc := wait(t, p.cqa, 1)[0]; wc.Status != qp.StatusLocProtErr {
-		t.Errorf("lkey of another PD: %+v", wc)
+	if err := p.qa.PostSend(&SendWR{WRID: 9, Opcode: WRSend, SGL: []SGE{foreign.SGE(0, 64)}}); !errors.Is(err, ErrBadSGE) {
+		t.Errorf("lkey of another PD: %v", err)
 	}
 	ud, _ := p.pda.CreateQP(QPInit{Type: UD, SendCQ: cq, RecvCQ: cq})
-	must(t, ud.Connect(RemoteInfo{}, ConnectOptions{QKey: 1}))
-	if err := ud.PostSend(&SendWR{Opcode: WRSend}); !errors.Is(err, qp.ErrNoAH) {
+	must(t, ud.Connect(Endpoint{}, withDefaults(ConnectOptions{QKey: 1})))
+	if err := ud.PostSend(&SendWR{Opcode: WRSend}); !errors.Is(err, ErrBadWR) {
 		t.Errorf("UD send without an AH: %v", err)
 	}
 	if err := cq.Close(); !errors.Is(err, ErrBusy) {
@@ -389,9 +413,9 @@ func TestCloseLeaksNothing(t *testing.T) {
 		pd, _ := a.AllocPD()
 		cq, _ := a.CreateCQ(64)
 		q, _ := pd.CreateQP(QPInit{Type: RC, SendCQ: cq, RecvCQ: cq})
-		must(t, q.Connect(RemoteInfo{QPN: 0x999, GID: b.GID()}, ConnectOptions{}))
-		must(t, q.PostRecv(&RecvWR{ID: 1}))
-		must(t, q.PostSend(&SendWR{ID: 2, Opcode: WRSend})) // to a QPN b does not have: never acknowledged
+		must(t, q.Connect(Endpoint{QPN: 0x999, GID: b.GID()}, nil))
+		must(t, q.PostRecv(&RecvWR{WRID: 1}))
+		must(t, q.PostSend(&SendWR{WRID: 2, Opcode: WRSend})) // to a QPN b does not have: never acknowledged
 		must(t, a.Close())
 		must(t, b.Close())
 		wcs := make([]Completion, 8)
@@ -425,7 +449,7 @@ func TestConcurrentPosting(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < per; i++ {
 				for {
-					err := p.qa.PostSend(&SendWR{ID: uint64(g*per + i), Opcode: WRWrite, Flags: Signaled, SGL: []SGE{src.SGE(g*1024, 1024)}, RemoteAddr: dst.Addr() + uint64(g*1024), RKey: dst.RKey()})
+					err := p.qa.PostSend(&SendWR{WRID: uint64(g*per + i), Opcode: WRRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(g*1024, 1024)}, RemoteAddr: dst.Addr() + uint64(g*1024), RKey: dst.RKey()})
 					if err == nil {
 						break
 					}
@@ -455,7 +479,7 @@ func TestIPv6MemNetwork(t *testing.T) {
 	mem := conn.NewMemNetwork()
 	open := func(s string) *Device {
 		addr := netip.MustParseAddr(s)
-		d, err := Open(Config{Addr: addr, Network: mem})
+		d, err := Open(Config{Addr: addr, Network: rawNetwork{mem}})
 		must(t, err)
 		t.Cleanup(func() { d.Close() })
 		return d
@@ -477,11 +501,11 @@ func TestUDMemNetwork(t *testing.T) {
 	p := newPair(t, conn.NewMemNetwork(), UD, ConnectOptions{QKey: 0x1234})
 	src, _ := p.pda.RegMR([]byte("datagram!"), LocalWrite)
 	dst, _ := p.pdb.RegMR(make([]byte, 100), LocalWrite)
-	must(t, p.qb.PostRecv(&RecvWR{ID: 1, SGL: []SGE{dst.SGE(0, 100)}}))
-	must(t, p.qa.PostSend(&SendWR{ID: 1, Opcode: WRSend, Flags: Signaled, SGL: []SGE{src.SGE(0, 9)},
-		AH: AH(p.b.LocalAddr().Addr()), RemoteQPN: p.qb.QPN(), RemoteQKey: 0x1234}))
+	must(t, p.qb.PostRecv(&RecvWR{WRID: 1, SGL: []SGE{dst.SGE(0, 100)}}))
+	must(t, p.qa.PostSend(&SendWR{WRID: 1, Opcode: WRSend, Flags: Signaled, SGL: []SGE{src.SGE(0, 9)},
+		AH: p.qb.Endpoint().AH(), RemoteQPN: p.qb.QPN(), RemoteQKey: 0x1234}))
 	wc := wait(t, p.cqb, 1)[0]
-	if wc.Status != StatusSuccess || wc.ByteLen != 49 || wc.SrcQP != p.qa.QPN() || wc.Flags&qp.WithGRH == 0 {
+	if wc.Status != StatusSuccess || wc.ByteLen != 49 || wc.SrcQP != p.qa.QPN() || wc.Flags&WithGRH == 0 {
 		t.Fatalf("%+v", wc)
 	}
 	grh := dst.Bytes()[:40]
@@ -499,7 +523,7 @@ func TestDCQCNLoopback(t *testing.T) {
 	open := func(addr netip.Addr, mark bool) *Device {
 		cfg := Config{Addr: addr, DCQCN: &params}
 		if mark {
-			cfg.Network = conn.WrapNetwork(conn.UDP, func(c conn.Conn) conn.Conn { return conn.MarkCE(c, 20, 1) })
+			cfg.Network = rawNetwork{conn.WrapNetwork(conn.UDP, func(c conn.Conn) conn.Conn { return conn.MarkCE(c, 20, 1) })}
 		}
 		d, err := Open(cfg)
 		must(t, err)
@@ -507,7 +531,7 @@ func TestDCQCNLoopback(t *testing.T) {
 		return d
 	}
 	p := &testPair{a: open(a, true), b: open(b, false)}
-	p.connect(t, RC, ConnectOptions{MTU: wire.MTU4096})
+	p.connect(t, RC, ConnectOptions{MTU: MTU4096})
 	if r, ok := p.qa.CongestionRate(); !ok || r != 10e9 {
 		t.Fatalf("initial rate %v %v, want line rate", r, ok)
 	}
@@ -515,7 +539,7 @@ func TestDCQCNLoopback(t *testing.T) {
 	src, _ := p.pda.AllocMR(size, LocalWrite)
 	fill(src.Bytes(), 11)
 	dst, _ := p.pdb.AllocMR(size, LocalWrite|RemoteWrite)
-	must(t, p.qa.PostSend(&SendWR{ID: 1, Opcode: WRWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}))
+	must(t, p.qa.PostSend(&SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}))
 	if wc := wait(t, p.cqa, 1)[0]; wc.Status != StatusSuccess {
 		t.Fatalf("%+v", wc)
 	}
@@ -541,8 +565,8 @@ func TestDCQCNLoopback(t *testing.T) {
 // company under AckDelay leaves before the QP goes, so the peer completes without a retransmission.
 func TestCloseSendsPendingAck(t *testing.T) {
 	p := newPair(t, conn.NewMemNetwork(), RC, ConnectOptions{})
-	must(t, p.qb.PostRecv(&RecvWR{ID: 1}))
-	must(t, p.qa.PostSend(&SendWR{ID: 1, Opcode: WRSend, Flags: Signaled}))
+	must(t, p.qb.PostRecv(&RecvWR{WRID: 1}))
+	must(t, p.qa.PostSend(&SendWR{WRID: 1, Opcode: WRSend, Flags: Signaled}))
 	wait(t, p.cqb, 1)
 	must(t, p.qb.Close())
 	if wc := wait(t, p.cqa, 1)[0]; wc.Status != StatusSuccess {
@@ -575,10 +599,10 @@ func TestTrafficClass(t *testing.T) {
 	must(t, err)
 	p.qb, err = p.pdb.CreateQP(QPInit{Type: RC, SendCQ: p.cqb, RecvCQ: p.cqb})
 	must(t, err)
-	must(t, p.qa.Connect(p.qb.Info(), ConnectOptions{}))
-	must(t, p.qb.Connect(p.qa.Info(), ConnectOptions{}))
-	must(t, p.qb.PostRecv(&RecvWR{ID: 1}))
-	must(t, p.qa.PostSend(&SendWR{ID: 1, Opcode: WRSend, Flags: Signaled}))
+	must(t, p.qa.Connect(p.qb.Endpoint(), nil))
+	must(t, p.qb.Connect(p.qa.Endpoint(), nil))
+	must(t, p.qb.PostRecv(&RecvWR{WRID: 1}))
+	must(t, p.qa.PostSend(&SendWR{WRID: 1, Opcode: WRSend, Flags: Signaled}))
 	wait(t, p.cqa, 1)
 	mu.Lock()
 	defer mu.Unlock()

@@ -31,10 +31,10 @@ func Example() {
 	qpB, _ := pdB.CreateQP(goroce.QPInit{Type: goroce.RC, SendCQ: cqB, RecvCQ: cqB})
 
 	// The out-of-band exchange (QPN, PSN, GID), then RESET -> INIT -> RTR -> RTS.
-	if err := qpA.Connect(qpB.Info(), goroce.ConnectOptions{}); err != nil {
+	if err := qpA.Connect(qpB.Endpoint(), nil); err != nil {
 		panic(err)
 	}
-	if err := qpB.Connect(qpA.Info(), goroce.ConnectOptions{}); err != nil {
+	if err := qpB.Connect(qpA.Endpoint(), nil); err != nil {
 		panic(err)
 	}
 
@@ -44,11 +44,11 @@ func Example() {
 
 	// ibv_post_send an RDMA WRITE with immediate, then wait for its completions (ibv_req_notify_cq +
 	// ibv_poll_cq): A's says the WRITE is acknowledged, B's that the data is in B's memory, for B to read.
-	if err := qpB.PostRecv(&goroce.RecvWR{ID: 7}); err != nil {
+	if err := qpB.PostRecv(&goroce.RecvWR{WRID: 7}); err != nil {
 		panic(err)
 	}
 	err = qpA.PostSend(&goroce.SendWR{
-		ID: 1, Opcode: goroce.WRWriteImm, Imm: 42, Flags: goroce.Signaled,
+		WRID: 1, Opcode: goroce.WRWriteImm, Imm: 42, Flags: goroce.Signaled,
 		SGL:        []goroce.SGE{src.SGE(0, len(src.Bytes()))},
 		RemoteAddr: dst.Addr(), RKey: dst.RKey(),
 	})

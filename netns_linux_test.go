@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/internal/conn"
-	"github.com/goroce/goroce/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -108,13 +107,13 @@ func TestIPv6Netns(t *testing.T) {
 	ns := newNetns(t, a, b)
 	p := &testPair{}
 	var err error
-	p.a, err = Open(Config{Addr: a, Network: ns})
+	p.a, err = Open(Config{Addr: a, Network: rawNetwork{ns}})
 	must(t, err)
 	defer p.a.Close()
-	p.b, err = Open(Config{Addr: b, Network: ns})
+	p.b, err = Open(Config{Addr: b, Network: rawNetwork{ns}})
 	must(t, err)
 	defer p.b.Close()
-	p.connect(t, RC, ConnectOptions{MTU: wire.MTU4096})
+	p.connect(t, RC, ConnectOptions{MTU: MTU4096})
 	exerciseEveryOpcode(t, p, 20000)
 	if s := p.b.Stats(); s.DropICRC != 0 || s.RxPackets == 0 {
 		t.Fatalf("stats %+v", s)

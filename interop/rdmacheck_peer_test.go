@@ -18,7 +18,6 @@ import (
 
 	"github.com/goroce/goroce"
 	"github.com/goroce/goroce/interop/lab"
-	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -182,7 +181,7 @@ func (c *checkConn) serveOne(cmd checkCmd) error {
 		if cmd.Op == opWriteImm {
 			want = goroce.CompRecvRDMAWithImm
 		}
-		if wc.Opcode != want || wc.Flags&qp.WithImm == 0 {
+		if wc.Opcode != want || wc.Flags&goroce.WithImm == 0 {
 			return fmt.Errorf("%s: receive completion %v flags %#x", name, wc.Opcode, wc.Flags)
 		}
 		if wc.Imm != uint32(cmd.A) {
@@ -239,10 +238,10 @@ func (c *checkConn) check(cmd checkCmd) error {
 		RemoteAddr: c.peer.Addr, RKey: wire.RKey(c.peer.RKey), Imm: uint32(cmd.A)}
 	switch cmd.Op {
 	case opSendImm, opWrite, opWriteImm:
-		wr.Opcode = map[uint32]goroce.WROpcode{opSendImm: goroce.WRSendImm, opWrite: goroce.WRWrite, opWriteImm: goroce.WRWriteImm}[cmd.Op]
+		wr.Opcode = map[uint32]goroce.WROpcode{opSendImm: goroce.WRSendImm, opWrite: goroce.WRRDMAWrite, opWriteImm: goroce.WRRDMAWriteImm}[cmd.Op]
 		c.fill(cmd.K, size, false)
 	case opRead:
-		wr.Opcode = goroce.WRRead
+		wr.Opcode = goroce.WRRDMARead
 		c.fill(cmd.K, size+1, true)
 	case opFetchAdd, opCmpSwap:
 		wr.Opcode, wr.CompareAdd, wr.Swap = goroce.WRFetchAdd, cmd.B, cmd.C
@@ -342,7 +341,7 @@ func runCheckConn(dev *goroce.Device, mtu wire.MTU, maxSize int, port int, peer 
 	}
 	defer c.qp.Close()
 
-	local := c.qp.Info()
+	local := c.qp.Endpoint()
 	me := checkInfo{QPN: uint32(local.QPN), PSN: uint32(local.PSN), RKey: uint32(c.mr.RKey()), Len: checkBufLen, Addr: c.mr.Addr(), GID: local.GID}
 	send := func() error { return binary.Write(tcp, binary.BigEndian, me) }
 	recv := func() error { return binary.Read(tcp, binary.BigEndian, &c.peer) }
@@ -359,8 +358,10 @@ func runCheckConn(dev *goroce.Device, mtu wire.MTU, maxSize int, port int, peer 
 	if peer != "" && c.peer.Len < checkBufLen {
 		return 0, fmt.Errorf("server buffer of %d bytes, want %d", c.peer.Len, checkBufLen)
 	}
-	remote := goroce.RemoteInfo{QPN: wire.QPN(c.peer.QPN), PSN: wire.PSN(c.peer.PSN), GID: c.peer.GID}
-	if err := c.qp.Connect(remote, goroce.ConnectOptions{MTU: mtu}); err != nil {
+	remote := goroce.Endpoint{QPN: wire.QPN(c.peer.QPN), PSN: wire.PSN(c.peer.PSN), GID: c.peer.GID}
+	opts := goroce.DefaultConnectOptions()
+	opts.MTU = mtu
+	if err := c.qp.Connect(remote, &opts); err != nil {
 		return 0, err
 	}
 	ready()
@@ -393,7 +394,7 @@ func rdmacheckPeerMain(args []string) int {
 		fmt.Println("rdmacheck: bad MTU")
 		return 1
 	}
-	dev, err := goroce.Open(goroce.Config{Addr: netip.MustParseAddr(lab.HostIP)})
+	dev, err := goroce.Open(goroce.Config{Addr: netip.MustParseAddr(lab.HostIP), Port: goroce.DefaultPort})
 	if err != nil {
 		fmt.Println("rdmacheck:", err)
 		return 1

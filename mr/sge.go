@@ -85,3 +85,26 @@ func (t *Table) sg(pd *PD, sgl []SGE, offset uint64, b []byte, want Access) erro
 	}
 	return nil
 }
+
+// CheckSGL checks, as a post does before queueing a work request, that every element of sgl lies inside
+// a valid region of pd under its local key with the rights want asks for (LocalWrite where the device
+// will write the memory), and that none wraps past 2^64. Elements of length 0 are not checked (IBTA Vol
+// 1 C9-88). The region may still be deregistered before the work request runs: its execution checks
+// again.
+func (t *Table) CheckSGL(pd *PD, sgl []SGE, want Access) error {
+	for i := range sgl {
+		s := &sgl[i]
+		if s.Length == 0 {
+			continue
+		}
+		if _, ok := checkedEnd(s.Addr, uint64(s.Length)); !ok {
+			return ErrBounds
+		}
+		r, _, err := t.check(pd, uint32(s.LKey), false, s.Addr, uint64(s.Length), want)
+		if err != nil {
+			return err
+		}
+		r.mu.RUnlock()
+	}
+	return nil
+}

@@ -2,6 +2,7 @@ package qp
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/goroce/goroce/mr"
@@ -56,6 +57,44 @@ type Config struct {
 	// ACK and, say, the reply to its SEND in one go. Zero sends ACKs at once, as rxe does. IBTA Vol 1
 	// 9.7.5.1.1 lets a responder coalesce acknowledgements.
 	AckDelay time.Duration
+	// OnEvent, if set, is told of the QP's asynchronous events, on the goroutine that runs the engine:
+	// it must not block or call back into the QP.
+	OnEvent func(e Event, cq *CQ)
+}
+
+// Event is an asynchronous event of a QP, as ibv_get_async_event reports them.
+type Event uint8
+
+// Events. IBTA Vol 1 11.6.3 (asynchronous events).
+const (
+	// EventFatal: the QP entered ERR because of an error (IBV_EVENT_QP_FATAL), a failed request, a
+	// fatal NAK or a CQ overflow; its outstanding work requests were flushed.
+	EventFatal Event = iota + 1
+	// EventCQError: a completion did not fit cq (IBV_EVENT_CQ_ERR); the completion is lost and the QP
+	// enters ERR (EventFatal follows).
+	EventCQError
+	// EventLastWQE: a QP on an SRQ entered ERR: it takes no more receives from the SRQ
+	// (IBV_EVENT_QP_LAST_WQE_REACHED).
+	EventLastWQE
+)
+
+func (e Event) String() string {
+	switch e {
+	case EventFatal:
+		return "QP fatal"
+	case EventCQError:
+		return "CQ error"
+	case EventLastWQE:
+		return "last WQE reached"
+	}
+	return fmt.Sprintf("Event(%d)", uint8(e))
+}
+
+// event reports e to the owner.
+func (q *QP) event(e Event, cq *CQ) {
+	if q.cfg.OnEvent != nil {
+		q.cfg.OnEvent(e, cq)
+	}
 }
 
 // QP is a queue pair engine: the requester, completer and responder of one queue pair, sans I/O. It never
@@ -198,6 +237,9 @@ func (q *QP) Modify(now time.Time, a *Attr, mask AttrMask) error {
 		q.reset()
 	case to == StateErr && from != StateErr:
 		q.flush()
+		if q.cfg.SRQ != nil {
+			q.event(EventLastWQE, nil)
+		}
 	}
 	return nil
 }
@@ -216,13 +258,18 @@ func (q *QP) reset() {
 	}
 }
 
-// enterError moves the QP to ERR and flushes it: the error path of every engine.
+// enterError moves the QP to ERR and flushes it: the error path of every engine. The owner hears of it
+// (EventFatal, and EventLastWQE for a QP on an SRQ).
 func (q *QP) enterError() {
 	if q.state == StateErr {
 		return
 	}
 	q.state = StateErr
 	q.flush()
+	q.event(EventFatal, nil)
+	if q.cfg.SRQ != nil {
+		q.event(EventLastWQE, nil)
+	}
 }
 
 // flush completes every outstanding send and receive work request with WR_FLUSH_ERR, in posting order.
@@ -404,6 +451,7 @@ type RxInfo struct {
 func (q *QP) pushSend(wc *Completion) {
 	if err := q.cfg.SendCQ.push(wc, false); err != nil {
 		q.counters.CQOverflow++
+		q.event(EventCQError, q.cfg.SendCQ)
 		q.enterError()
 	}
 }
@@ -412,6 +460,7 @@ func (q *QP) pushSend(wc *Completion) {
 func (q *QP) pushRecv(wc *Completion, solicited bool) {
 	if err := q.cfg.RecvCQ.push(wc, solicited); err != nil {
 		q.counters.CQOverflow++
+		q.event(EventCQError, q.cfg.RecvCQ)
 		q.enterError()
 	}
 }

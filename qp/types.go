@@ -110,6 +110,9 @@ type AddressHandle struct {
 	TrafficClass uint8 // IPv4 TOS or IPv6 traffic class: DSCP and ECN bits
 	HopLimit     uint8
 	FlowLabel    uint32
+	// Port is the destination UDP port, a goroce extension for devices on ports other than 4791: 0
+	// sends to the sending device's own port.
+	Port uint16
 }
 
 // SendWR is a send work request. It mirrors struct ibv_send_wr; the SGL is copied when posted.

@@ -11,12 +11,9 @@ import (
 	"net/netip"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce"
-	"github.com/goroce/goroce/internal/conn"
-	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -95,6 +92,20 @@ func (p *tracePrinter) Packet(e goroce.TraceEvent) {
 	fmt.Fprintf(p.w, "%s  %s -> %s  %s\n", p.stamp(e.At), p.name(e.From), p.name(e.To), p.buf)
 }
 
+// lost prints a packet the impaired network dropped.
+func (p *tracePrinter) lost(b []byte, from, to netip.AddrPort) {
+	if p.quiet {
+		return
+	}
+	pkt, err := wire.Parse(b)
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.w, "%s  %s -> %s  LOST: %v\n", p.stamp(time.Now()), p.name(from), p.name(to), pkt)
+}
+
 func (p *tracePrinter) Completion(at time.Time, wc goroce.Completion) {
 	if p.quiet {
 		return
@@ -102,47 +113,10 @@ func (p *tracePrinter) Completion(at time.Time, wc goroce.Completion) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	fmt.Fprintf(p.w, "%s  completion on QP %v: %v %v wr=%d len=%d", p.stamp(at), wc.QPN, wc.Opcode, wc.Status, wc.WRID, wc.ByteLen)
-	if wc.Flags&qp.WithImm != 0 {
+	if wc.Flags&goroce.WithImm != 0 {
 		fmt.Fprintf(p.w, " imm=%#x", wc.Imm)
 	}
 	fmt.Fprintln(p.w)
-}
-
-// lossyPrinter drops a share of a device's outgoing packets and says so in the trace.
-type lossyPrinter struct {
-	conn.Conn
-	p       *tracePrinter
-	percent float64
-	rng     *rand.Rand
-	from    netip.AddrPort
-	keep    []conn.Message
-}
-
-// Offload reports no GSO, so that every packet leaves on its own and may be the one lost.
-func (l *lossyPrinter) Offload() conn.Offload { return conn.Offload{GRO: l.Conn.Offload().GRO} }
-
-func (l *lossyPrinter) WriteBatch(msgs []conn.Message) (int, error) {
-	l.keep = l.keep[:0]
-	for _, m := range msgs {
-		if l.rng.Float64()*100 < l.percent {
-			if !l.p.quiet {
-				pkt, err := wire.Parse(m.Buf)
-				l.p.mu.Lock()
-				if err == nil {
-					fmt.Fprintf(l.p.w, "%s  %s -> %s  LOST: %v\n", l.p.stamp(time.Now()), l.p.name(l.from), l.p.name(m.Addr), pkt)
-				}
-				l.p.mu.Unlock()
-			}
-			continue
-		}
-		l.keep = append(l.keep, m)
-	}
-	if len(l.keep) > 0 {
-		if _, err := l.Conn.WriteBatch(l.keep); err != nil {
-			return 0, err
-		}
-	}
-	return len(msgs), nil
 }
 
 func demo(w io.Writer, o demoOptions) error {
@@ -151,16 +125,17 @@ func demo(w io.Writer, o demoOptions) error {
 		return fmt.Errorf("-mtu %d: not an InfiniBand MTU", o.mtu)
 	}
 	tp := &tracePrinter{w: w, start: time.Now(), quiet: o.quiet, names: map[netip.Addr]string{}}
-	var conns atomic.Uint64 // each lossy socket draws from a generator of its own, seeded from -seed
+	var network goroce.Network
+	if o.loss > 0 {
+		h, err := goroce.NewImpairedHost(goroce.Impairment{Loss: o.loss / 100, Seed: o.seed, Dropped: tp.lost})
+		if err != nil {
+			return err
+		}
+		network = h
+	}
 	open := func(addr netip.Addr, name string) (*goroce.Device, error) {
 		tp.names[addr] = name
-		cfg := goroce.Config{Addr: addr, Tracer: tp}
-		if o.loss > 0 {
-			cfg.Network = conn.WrapNetwork(conn.UDP, func(c conn.Conn) conn.Conn {
-				rng := rand.New(rand.NewPCG(o.seed, conns.Add(1)))
-				return &lossyPrinter{Conn: c, p: tp, percent: o.loss, rng: rng, from: c.LocalAddr()}
-			})
-		}
+		cfg := goroce.Config{Addr: addr, Port: goroce.DefaultPort, Tracer: tp, Network: network}
 		d, err := goroce.Open(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("device %s: %w", name, err)
@@ -195,13 +170,14 @@ func demo(w io.Writer, o demoOptions) error {
 	if err != nil {
 		return err
 	}
-	ia, ib := qpA.Info(), qpB.Info()
+	ia, ib := qpA.Endpoint(), qpB.Endpoint()
 	fmt.Fprintf(w, "A: QP %v, first PSN %v, GID %v\nB: QP %v, first PSN %v, GID %v\n", ia.QPN, ia.PSN, ia.GID, ib.QPN, ib.PSN, ib.GID)
-	opts := goroce.ConnectOptions{MTU: mtu, Timeout: 10} // 4 ms ACK timeout: loss recovers quickly
-	if err := qpA.Connect(ib, opts); err != nil {
+	opts := goroce.DefaultConnectOptions()
+	opts.MTU, opts.Timeout = mtu, 10 // 4 ms ACK timeout: loss recovers quickly
+	if err := qpA.Connect(ib, &opts); err != nil {
 		return err
 	}
-	if err := qpB.Connect(ia, opts); err != nil {
+	if err := qpB.Connect(ia, &opts); err != nil {
 		return err
 	}
 	fmt.Fprintln(w, "both QPs connected (RESET -> INIT -> RTR -> RTS)")
@@ -237,10 +213,10 @@ func demo(w io.Writer, o demoOptions) error {
 	}
 
 	step(fmt.Sprintf("SEND of %d bytes: segmented by the %d-byte MTU, AckReq on the last packet, one ACK", sendLen, o.mtu))
-	if err := qpB.PostRecv(&goroce.RecvWR{ID: 100, SGL: []goroce.SGE{recvB.SGE(0, 4096)}}); err != nil {
+	if err := qpB.PostRecv(&goroce.RecvWR{WRID: 100, SGL: []goroce.SGE{recvB.SGE(0, 4096)}}); err != nil {
 		return err
 	}
-	if err := qpA.PostSend(&goroce.SendWR{ID: 1, Opcode: goroce.WRSend, Flags: goroce.Signaled, SGL: []goroce.SGE{srcA.SGE(0, sendLen)}}); err != nil {
+	if err := qpA.PostSend(&goroce.SendWR{WRID: 1, Opcode: goroce.WRSend, Flags: goroce.Signaled, SGL: []goroce.SGE{srcA.SGE(0, sendLen)}}); err != nil {
 		return err
 	}
 	if _, err := one(cqA); err != nil {
@@ -251,10 +227,10 @@ func demo(w io.Writer, o demoOptions) error {
 	}
 
 	step(fmt.Sprintf("RDMA WRITE with immediate of %d bytes into B's memory: the immediate consumes a receive at B", writeLen))
-	if err := qpB.PostRecv(&goroce.RecvWR{ID: 101}); err != nil {
+	if err := qpB.PostRecv(&goroce.RecvWR{WRID: 101}); err != nil {
 		return err
 	}
-	if err := qpA.PostSend(&goroce.SendWR{ID: 2, Opcode: goroce.WRWriteImm, Imm: 0xC0FFEE, Flags: goroce.Signaled,
+	if err := qpA.PostSend(&goroce.SendWR{WRID: 2, Opcode: goroce.WRWriteImm, Imm: 0xC0FFEE, Flags: goroce.Signaled,
 		SGL: []goroce.SGE{srcA.SGE(0, writeLen)}, RemoteAddr: targetB.Addr(), RKey: targetB.RKey()}); err != nil {
 		return err
 	}
@@ -266,7 +242,7 @@ func demo(w io.Writer, o demoOptions) error {
 	}
 
 	step(fmt.Sprintf("RDMA READ of %d bytes from B: one request, the responses take one PSN each", readLen))
-	if err := qpA.PostSend(&goroce.SendWR{ID: 3, Opcode: goroce.WRRead, Flags: goroce.Signaled,
+	if err := qpA.PostSend(&goroce.SendWR{WRID: 3, Opcode: goroce.WRRead, Flags: goroce.Signaled,
 		SGL: []goroce.SGE{landA.SGE(0, readLen)}, RemoteAddr: targetB.Addr() + 3000, RKey: targetB.RKey()}); err != nil {
 		return err
 	}
@@ -275,7 +251,7 @@ func demo(w io.Writer, o demoOptions) error {
 	}
 
 	step("ATOMIC FETCH_AND_ADD of 1 on B's counter: the reply carries the value before the add")
-	if err := qpA.PostSend(&goroce.SendWR{ID: 4, Opcode: goroce.WRFetchAdd, Flags: goroce.Signaled,
+	if err := qpA.PostSend(&goroce.SendWR{WRID: 4, Opcode: goroce.WRFetchAdd, Flags: goroce.Signaled,
 		SGL: []goroce.SGE{landA.SGE(8184, 8)}, RemoteAddr: targetB.Addr() + 8184, RKey: targetB.RKey(), CompareAdd: 1}); err != nil {
 		return err
 	}

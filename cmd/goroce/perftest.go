@@ -252,7 +252,7 @@ func newPerftestPeer(addr netip.Addr, t *perftestTest, o perftestOptions) (*perf
 	}
 	p.maxSize = max(p.maxSize, os.Getpagesize())
 	var err error
-	if p.dev, err = goroce.Open(goroce.Config{Addr: addr}); err != nil {
+	if p.dev, err = goroce.Open(goroce.Config{Addr: addr, Port: goroce.DefaultPort}); err != nil {
 		return nil, err
 	}
 	fail := func(err error) (*perftestPeer, error) {
@@ -295,7 +295,9 @@ func (p *perftestPeer) connect(rem perftestDest, mtu wire.MTU, tcpPeer netip.Add
 	if p.t.verb == perftestRead || p.t.verb == perftestAtomic {
 		rd = uint8(max(1, min(p.local.outReads, rem.outReads)))
 	}
-	if err := p.qp.Connect(peer, goroce.ConnectOptions{MTU: mtu, RdAtomic: rd}); err != nil {
+	opts := goroce.DefaultConnectOptions()
+	opts.MTU, opts.RdAtomic, opts.RNRRetry = mtu, rd, 7 // perftest's rnr_retry: forever
+	if err := p.qp.Connect(peer, &opts); err != nil {
 		return fmt.Errorf("failed to modify QP to RTS: %v", err)
 	}
 	return nil
@@ -304,7 +306,7 @@ func (p *perftestPeer) connect(rem perftestDest, mtu wire.MTU, tcpPeer netip.Add
 // postRecvs tops the receive queue up to rx depth; receives land in the remote half.
 func (p *perftestPeer) postRecvs(limit int) error {
 	for p.routs < min(p.o.rxDepth, limit) {
-		if err := p.qp.PostRecv(&goroce.RecvWR{ID: perftestRecvWRID, SGL: []goroce.SGE{p.mr.SGE(p.maxSize, p.maxSize)}}); err != nil {
+		if err := p.qp.PostRecv(&goroce.RecvWR{WRID: perftestRecvWRID, SGL: []goroce.SGE{p.mr.SGE(p.maxSize, p.maxSize)}}); err != nil {
 			return fmt.Errorf("couldn't post receive: %v", err)
 		}
 		p.routs++

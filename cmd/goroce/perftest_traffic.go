@@ -159,7 +159,7 @@ func (p *perftestPeer) bwClient(ctx context.Context, size int) (perftestBWReport
 	last := start
 	for completed < iters {
 		for posted < iters && posted-completed < txDepth {
-			wr.ID, wr.Flags = uint64(posted), 0
+			wr.WRID, wr.Flags = uint64(posted), 0
 			if (posted+1)%cqMod == 0 || posted == iters-1 {
 				wr.Flags = goroce.Signaled
 			}
@@ -238,7 +238,7 @@ func (p *perftestPeer) latency(ctx context.Context, size int, client bool) ([]ti
 		wr.Opcode = goroce.WRRead
 		samples := make([]time.Duration, 0, iters)
 		for i := 0; i < iters; i++ {
-			wr.ID = uint64(i)
+			wr.WRID = uint64(i)
 			t0 := time.Now()
 			if err := p.qp.PostSend(&wr); err != nil {
 				return nil, fmt.Errorf("couldn't post send: %v", err)
@@ -299,7 +299,7 @@ func (p *perftestPeer) latency(ctx context.Context, size int, client bool) ([]ti
 					return nil, err
 				}
 			}
-			wr.ID = uint64(scnt)
+			wr.WRID = uint64(scnt)
 			tstamp = append(tstamp, time.Now())
 			if err := p.qp.PostSend(&wr); err != nil {
 				return nil, fmt.Errorf("couldn't post send: %v", err)
@@ -351,7 +351,7 @@ func (p *perftestPeer) writeLatency(ctx context.Context, size int, client bool) 
 			tstamp = append(tstamp, time.Now())
 			scnt++
 			*postBuf = byte(scnt)
-			wr.ID = uint64(scnt)
+			wr.WRID = uint64(scnt)
 			if err := p.qp.PostSend(&wr); err != nil {
 				return nil, fmt.Errorf("couldn't post send: %v", err)
 			}

@@ -214,7 +214,7 @@ type pingpongCtx struct {
 func newPingpongCtx(addr netip.Addr, o pingpongOptions) (*pingpongCtx, error) {
 	c := &pingpongCtx{size: o.size, ud: o.qpType == goroce.UD}
 	var err error
-	if c.dev, err = goroce.Open(goroce.Config{Addr: addr}); err != nil {
+	if c.dev, err = goroce.Open(goroce.Config{Addr: addr, Port: goroce.DefaultPort}); err != nil {
 		return nil, err
 	}
 	fail := func(err error) (*pingpongCtx, error) {
@@ -252,7 +252,7 @@ func (c *pingpongCtx) postRecv(n int) int {
 		sge = c.mr.SGE(0, c.size+pingpongGRH)
 	}
 	for i := 0; i < n; i++ {
-		if c.qp.PostRecv(&goroce.RecvWR{ID: pingpongRecvWRID, SGL: []goroce.SGE{sge}}) != nil {
+		if c.qp.PostRecv(&goroce.RecvWR{WRID: pingpongRecvWRID, SGL: []goroce.SGE{sge}}) != nil {
 			return i
 		}
 	}
@@ -261,10 +261,10 @@ func (c *pingpongCtx) postRecv(n int) int {
 
 func (c *pingpongCtx) postSend() error {
 	if c.ud {
-		return c.qp.PostSend(&goroce.SendWR{ID: pingpongSendWRID, Opcode: goroce.WRSend, Flags: goroce.Signaled,
+		return c.qp.PostSend(&goroce.SendWR{WRID: pingpongSendWRID, Opcode: goroce.WRSend, Flags: goroce.Signaled,
 			SGL: []goroce.SGE{c.mr.SGE(pingpongGRH, c.size)}, AH: c.ah, RemoteQPN: c.peer, RemoteQKey: pingpongUDQKey})
 	}
-	return c.qp.PostSend(&goroce.SendWR{ID: pingpongSendWRID, Opcode: goroce.WRSend, Flags: goroce.Signaled,
+	return c.qp.PostSend(&goroce.SendWR{WRID: pingpongSendWRID, Opcode: goroce.WRSend, Flags: goroce.Signaled,
 		SGL: []goroce.SGE{c.mr.SGE(0, c.size)}})
 }
 
@@ -368,7 +368,10 @@ func pingpong(ctx context.Context, w, ew io.Writer, o pingpongOptions) error {
 			peer.GID = goroce.GIDFromAddr(tcpPeer)
 		}
 		mtu, _ := wire.MTUFromBytes(o.mtu)
-		if err := c.qp.Connect(peer, goroce.ConnectOptions{MTU: mtu, RdAtomic: 1, QKey: pingpongUDQKey}); err != nil {
+		opts := goroce.DefaultConnectOptions()
+		// ibv_rc_pingpong's attributes: rnr_retry 7 (forever), max_rd_atomic 1.
+		opts.MTU, opts.RdAtomic, opts.QKey, opts.RNRRetry = mtu, 1, pingpongUDQKey, 7
+		if err := c.qp.Connect(peer, &opts); err != nil {
 			return fmt.Errorf("failed to modify QP to RTS: %v", err)
 		}
 		if c.ud {

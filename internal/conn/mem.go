@@ -126,11 +126,11 @@ func (n *MemNetwork) Listen(addr netip.AddrPort, opts Options) (Conn, error) {
 	return g[0], nil
 }
 
-// ListenShards binds a group of k endpoints at addr, each datagram going to the endpoint at index
-// ShardOf(datagram, k).
+// ListenShards binds a group of k endpoints at addr (port 0 picks a free port), each datagram going
+// to the endpoint at index ShardOf(datagram, k).
 func (n *MemNetwork) ListenShards(addr netip.AddrPort, k int, opts Options) ([]Conn, error) {
-	if k < 1 || addr.Port() == 0 {
-		return nil, fmt.Errorf("conn: mem listen %v: %d shards on a fixed port wanted", addr, k)
+	if k < 1 {
+		return nil, fmt.Errorf("conn: mem listen %v: %d shards", addr, k)
 	}
 	return n.listen(addr, k, opts)
 }

@@ -103,8 +103,8 @@ func (udpNetwork) Listen(addr netip.AddrPort, opts Options) (Conn, error) { retu
 // from the UDP payload, where the BTH starts. Where the kernel refuses the program the group keeps
 // the kernel's hash of the 4-tuple.
 func (udpNetwork) ListenShards(addr netip.AddrPort, n int, opts Options) ([]Conn, error) {
-	if n < 1 || addr.Port() == 0 {
-		return nil, fmt.Errorf("conn: listen %v: %d shards on a fixed port wanted", addr, n)
+	if n < 1 {
+		return nil, fmt.Errorf("conn: listen %v: %d shards", addr, n)
 	}
 	if n == 1 {
 		c, err := Listen(addr, opts)
@@ -113,6 +113,17 @@ func (udpNetwork) ListenShards(addr netip.AddrPort, n int, opts Options) ([]Conn
 		}
 		return []Conn{c}, nil
 	}
+	// Port 0: the kernel picks a port for a lone socket, then the group binds it. Another socket may
+	// take the port in between; then the next attempt picks another.
+	for attempt := 0; ; attempt++ {
+		conns, err := listenGroup(addr, n, opts)
+		if addr.Port() != 0 || attempt == 8 || !errors.Is(err, unix.EADDRINUSE) {
+			return conns, err
+		}
+	}
+}
+
+func listenGroup(addr netip.AddrPort, n int, opts Options) ([]Conn, error) {
 	// SO_REUSEPORT would let this group share the address with another process of the same user
 	// that bound it the same way, each silently getting part of the other's traffic. So the address
 	// must first be free for a socket without it.
@@ -120,6 +131,7 @@ func (udpNetwork) ListenShards(addr netip.AddrPort, n int, opts Options) ([]Conn
 	if err != nil {
 		return nil, err
 	}
+	addr = probe.LocalAddr()
 	probe.Close()
 	var conns []Conn
 	fail := func(err error) ([]Conn, error) {

@@ -11,7 +11,7 @@ import (
 type counters struct {
 	rxPackets, rxBytes, txPackets, txBytes                 atomic.Uint64
 	dropMalformed, dropICRC, dropUnknownQPN, dropWrongPeer atomic.Uint64
-	dropTruncated, dropNoRoute, rxErrors                   atomic.Uint64
+	dropTruncated, dropNoRoute, rxErrors, dropNotReady     atomic.Uint64
 	cnpSent, ceRcvd                                        atomic.Uint64
 	txGSO, gsoFallback, rxGRO, rxOffShard, steerFailed     atomic.Uint64
 	drivenWaits, parkedWaits, handovers                    atomic.Uint64
@@ -24,6 +24,7 @@ type Stats struct {
 	DropICRC                               uint64 // ICRC mismatch
 	DropUnknownQPN                         uint64 // no QP with the destination QPN
 	DropWrongPeer                          uint64 // an RC/UC packet from another address than the QP's peer
+	DropNotReady                           uint64 // an RC/UC packet for a QP not yet given its peer (before RTR)
 	DropTruncated                          uint64 // datagram larger than a receive buffer
 	DropNoRoute                            uint64 // a packet to a GID with no usable address
 	RxErrors                               uint64 // receive errors other than a closed socket
@@ -46,7 +47,7 @@ func (d *Datapath) Stats() Stats {
 	s := Stats{
 		RxPackets: c.rxPackets.Load(), RxBytes: c.rxBytes.Load(), TxPackets: c.txPackets.Load(), TxBytes: c.txBytes.Load(),
 		DropMalformed: c.dropMalformed.Load(), DropICRC: c.dropICRC.Load(), DropUnknownQPN: c.dropUnknownQPN.Load(),
-		DropWrongPeer: c.dropWrongPeer.Load(), DropTruncated: c.dropTruncated.Load(), DropNoRoute: c.dropNoRoute.Load(),
+		DropWrongPeer: c.dropWrongPeer.Load(), DropNotReady: c.dropNotReady.Load(), DropTruncated: c.dropTruncated.Load(), DropNoRoute: c.dropNoRoute.Load(),
 		RxErrors: c.rxErrors.Load(), CERcvd: c.ceRcvd.Load(), CNPSent: c.cnpSent.Load(),
 		TxGSO: c.txGSO.Load(), GSOFallback: c.gsoFallback.Load(), RxGRO: c.rxGRO.Load(), RxOffShard: c.rxOffShard.Load(),
 		SteerFailed: c.steerFailed.Load(), DrivenWaits: c.drivenWaits.Load(), ParkedWaits: c.parkedWaits.Load(),

@@ -12,11 +12,14 @@ import (
 // on it. While all its QPs live on one shard (its home), a waiter drives that shard itself; otherwise
 // it parks until a driver's completion notifies it.
 type CQ struct {
-	d       *Datapath
-	cq      *qp.CQ
-	notify  chan struct{}
-	home    atomic.Pointer[shard] // nil while no QP or QPs on several shards use the CQ
-	driving atomic.Pointer[shard] // the shard a waiter drives for this CQ now
+	d        *Datapath
+	cq       *qp.CQ
+	notify   chan struct{}
+	notified atomic.Bool           // the armed CQ got its notification
+	home     atomic.Pointer[shard] // nil while no QP or QPs on several shards use the CQ
+	driving  atomic.Pointer[shard] // the shard a waiter drives for this CQ now
+	// Owner is the API's object for the CQ, for the events it reports.
+	Owner any
 
 	mu      sync.Mutex // guards the fields below
 	mixed   bool       // QPs of several shards use the CQ
@@ -34,9 +37,10 @@ func (d *Datapath) NewCQ(n int) *CQ {
 // Engine returns the engines' CQ.
 func (c *CQ) Engine() *qp.CQ { return c.cq }
 
-// wake runs when an armed CQ gets a completion: it interrupts the shard a waiter drives for the CQ, or
-// wakes a parked waiter.
+// wake runs when an armed CQ gets a completion: it marks the CQ notified and interrupts the shard a
+// waiter drives for the CQ, or wakes a parked waiter.
 func (c *CQ) wake() {
+	c.notified.Store(true)
 	if s := c.driving.Load(); s != nil {
 		// The driver checks the CQ after every step: only one blocked in a read needs a kick.
 		if !s.inStep.Load() {
@@ -49,6 +53,15 @@ func (c *CQ) wake() {
 		c.d.woke.Store(true)
 	default:
 	}
+}
+
+// ready reports whether a waiter can stop: the CQ holds a completion, or for a solicited-only wait, a
+// solicited or error completion came since it armed the CQ.
+func (c *CQ) ready(solicited bool) bool {
+	if solicited {
+		return c.notified.Load()
+	}
+	return c.cq.Len() > 0
 }
 
 // attach records that a QP of shard s uses the CQ.
@@ -65,33 +78,34 @@ func (c *CQ) attach(s *shard) {
 	}
 }
 
-// Wait blocks until the CQ holds a completion, ctx ends or the datapath closes, then moves up to
-// len(wc) completions into wc (len(wc) must be positive). A waiter on a CQ with a home shard drives
-// the shard meanwhile (see shard.driveFor).
-func (c *CQ) Wait(ctx context.Context, wc []qp.Completion) (int, error) {
+// Wait blocks until the CQ holds a completion, or with solicited until a solicited or error completion
+// arrives (ibv_req_notify_cq with solicited_only), ctx ends or the datapath closes. A waiter on a CQ
+// with a home shard drives the shard meanwhile (see shard.tryDrive).
+func (c *CQ) Wait(ctx context.Context, solicited bool) error {
 	d := c.d
+	c.notified.Store(false)
+	c.cq.Arm(solicited)
 	for {
-		if n := c.cq.Poll(wc); n > 0 {
-			return n, nil
+		if !solicited {
+			c.cq.Arm(false)
+		}
+		if c.ready(solicited) {
+			return nil
 		}
 		if err := ctx.Err(); err != nil {
-			return 0, err
+			return err
 		}
 		if d.closing.Load() {
-			return 0, ErrClosed
-		}
-		c.cq.Arm(false)
-		if c.cq.Len() > 0 {
-			continue
+			return ErrClosed
 		}
 		if s := c.home.Load(); s != nil && d.cfg.Linger >= 0 {
 			c.watch(ctx)
-			if s.tryDrive(c, ctx.Done()) {
+			if s.tryDrive(c, solicited, ctx.Done()) {
 				d.stats.drivenWaits.Add(1)
 				continue
 			}
 			d.stats.parkedWaits.Add(1)
-			s.waitFor(ctx, c)
+			s.waitFor(ctx, c, solicited)
 			continue
 		}
 		d.stats.parkedWaits.Add(1)
@@ -99,14 +113,7 @@ func (c *CQ) Wait(ctx context.Context, wc []qp.Completion) (int, error) {
 		select {
 		case <-c.notify:
 		case <-ctx.Done():
-			d.parked.Add(-1)
-			return 0, ctx.Err()
 		case <-d.done:
-			d.parked.Add(-1)
-			if n := c.cq.Poll(wc); n > 0 {
-				return n, nil
-			}
-			return 0, ErrClosed
 		}
 		d.parked.Add(-1)
 	}

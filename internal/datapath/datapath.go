@@ -43,6 +43,7 @@ import (
 
 	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/internal/conn"
+	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -124,6 +125,9 @@ type Config struct {
 	RealClock bool
 	// Tracer, if set, sees every packet.
 	Tracer Tracer
+	// OnEvent, if set, is told of the QPs' asynchronous events, on the goroutine that runs the
+	// engine; it must not block.
+	OnEvent func(Event)
 	// CNPInterval is the notification point's minimum gap between CNPs to one flow, for QPs created
 	// with DCQCN.
 	CNPInterval time.Duration
@@ -199,7 +203,7 @@ func Open(cfg Config) (*Datapath, error) {
 	d := &Datapath{
 		cfg:   cfg,
 		net:   cfg.Network,
-		local: cfg.Addr,
+		local: conns[0].LocalAddr(),
 		clock: cfg.Clock,
 		ports: make([]*port, cfg.SourcePorts),
 		done:  make(chan struct{}),
@@ -306,6 +310,13 @@ func (d *Datapath) portFor(qpn wire.QPN) (*port, error) {
 	p := &port{d: d, conn: c, num: c.LocalAddr().Port()}
 	d.ports[i] = p
 	return p, nil
+}
+
+// Event is an asynchronous event of a QP: see qp.Event. CQ is set for a CQ error.
+type Event struct {
+	Kind qp.Event
+	QP   *QP
+	CQ   *CQ
 }
 
 // realClock is the system's clock.

@@ -210,7 +210,7 @@ func streamQP(tb testing.TB, size int, mode ICRCMode) (*Datapath, *QP, *mr.Regio
 	}
 	err = q.Connect(&qp.ConnectParams{AccessFlags: mr.RemoteWrite, PathMTU: wire.MTU4096, DestQPN: 0x1234,
 		Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 12, RdAtomic: 16,
-		AV: qp.AddressHandle{DGID: netip.MustParseAddr("::ffff:10.0.0.2").As16(), HopLimit: 64}}, dstAP.Addr())
+		AV: qp.AddressHandle{DGID: netip.MustParseAddr("::ffff:10.0.0.2").As16(), HopLimit: 64}}, netip.AddrPortFrom(dstAP.Addr(), 0))
 	if err != nil {
 		tb.Fatal(err)
 	}

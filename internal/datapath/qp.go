@@ -38,6 +38,9 @@ type QP struct {
 	scheduled time.Time // the deadline filed in the shard's heap, if any
 
 	queued bool
+
+	// Owner is QPConfig.Owner.
+	Owner any
 }
 
 // QPConfig is what NewQP needs beyond the engine's configuration.
@@ -52,6 +55,8 @@ type QPConfig struct {
 	Congestion congestion.Controller
 	// NotificationPoint turns on the DCQCN notification point: CNPs for CE-marked packets.
 	NotificationPoint bool
+	// Owner is the API's object for the QP, for the events it reports.
+	Owner any
 }
 
 // NewQP creates a QP in RESET on a shard chosen round robin, with a QPN that steers to it.
@@ -67,14 +72,18 @@ func (d *Datapath) NewQP(c QPConfig) (*QP, error) {
 	if err != nil {
 		return nil, err
 	}
+	q := &QP{d: d, shard: s, port: p, typ: c.Engine.Type, qpn: qpn, srcTC: c.TrafficClass, cc: c.Congestion,
+		sendCQ: c.SendCQ, recvCQ: c.RecvCQ, Owner: c.Owner}
 	c.Engine.QPN = qpn
 	c.Engine.SendCQ, c.Engine.RecvCQ = c.SendCQ.cq, c.RecvCQ.cq
+	if d.cfg.OnEvent != nil {
+		c.Engine.OnEvent = q.event
+	}
 	eng, err := qp.New(c.Engine)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadConfig, err)
 	}
-	q := &QP{d: d, shard: s, port: p, typ: c.Engine.Type, qpn: qpn, srcTC: c.TrafficClass, cc: c.Congestion,
-		sendCQ: c.SendCQ, recvCQ: c.RecvCQ, eng: eng}
+	q.eng = eng
 	if c.NotificationPoint {
 		q.np = congestion.NewNP(d.cfg.CNPInterval)
 	}
@@ -85,6 +94,19 @@ func (d *Datapath) NewQP(c QPConfig) (*QP, error) {
 	return q, nil
 }
 
+// event passes an engine's event on, with the datapath's CQ.
+func (q *QP) event(e qp.Event, cq *qp.CQ) {
+	ev := Event{Kind: e, QP: q}
+	switch cq {
+	case nil:
+	case q.sendCQ.cq:
+		ev.CQ = q.sendCQ
+	case q.recvCQ.cq:
+		ev.CQ = q.recvCQ
+	}
+	q.d.cfg.OnEvent(ev)
+}
+
 // QPN returns the queue pair number.
 func (q *QP) QPN() wire.QPN { return q.qpn }
 
@@ -93,22 +115,28 @@ func (q *QP) Type() qp.Type { return q.typ }
 
 // PostSend hands wr to the engine and sends what it can send now from the calling goroutine.
 func (q *QP) PostSend(wr *qp.SendWR) error {
+	if err := q.Enqueue(wr); err != nil {
+		return err
+	}
+	q.Flush()
+	return nil
+}
+
+// Enqueue hands wr to the engine without sending anything: Flush does, once for several.
+func (q *QP) Enqueue(wr *qp.SendWR) error {
 	if q.d.closing.Load() {
 		return ErrClosed
 	}
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	if q.closed {
-		q.mu.Unlock()
 		return ErrClosed
 	}
-	now := q.d.clock.Now()
-	err := q.eng.PostSend(now, wr)
-	q.mu.Unlock()
-	if err == nil {
-		q.send(now)
-	}
-	return err
+	return q.eng.PostSend(q.d.clock.Now(), wr)
 }
+
+// Flush sends what the engine can send now, from the calling goroutine: a NIC's doorbell.
+func (q *QP) Flush() { q.send(q.d.clock.Now()) }
 
 // PostRecv hands wr to the engine.
 func (q *QP) PostRecv(wr *qp.RecvWR) error {
@@ -125,7 +153,7 @@ func (q *QP) PostRecv(wr *qp.RecvWR) error {
 
 // Modify changes the engine's attributes and state (ibv_modify_qp); peer, when valid, becomes the
 // address an RC or UC QP's packets go to and the only one it takes packets from.
-func (q *QP) Modify(a *qp.Attr, mask qp.AttrMask, peer netip.Addr) error {
+func (q *QP) Modify(a *qp.Attr, mask qp.AttrMask, peer netip.AddrPort) error {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -143,7 +171,7 @@ func (q *QP) Modify(a *qp.Attr, mask qp.AttrMask, peer netip.Addr) error {
 }
 
 // Connect moves the QP from RESET to RTS with p (see qp.QP.Connect); peer as for Modify.
-func (q *QP) Connect(p *qp.ConnectParams, peer netip.Addr) error {
+func (q *QP) Connect(p *qp.ConnectParams, peer netip.AddrPort) error {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -160,8 +188,11 @@ func (q *QP) Connect(p *qp.ConnectParams, peer netip.Addr) error {
 	return err
 }
 
-func (q *QP) setPeer(a netip.Addr) {
-	p := netip.AddrPortFrom(a.Unmap(), q.d.local.Port())
+func (q *QP) setPeer(a netip.AddrPort) {
+	p := netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+	if p.Port() == 0 {
+		p = netip.AddrPortFrom(p.Addr(), q.d.local.Port())
+	}
 	q.peer.Store(&p)
 	q.peerGSO.Store(0)
 }

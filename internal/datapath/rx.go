@@ -66,7 +66,12 @@ func (s *shard) receivePacket(b []byte, from netip.AddrPort, to netip.Addr, tos 
 	}
 	// RC and UC QPs take packets only from their peer, as rxe does. IBTA Annex A17.4.5.
 	if q.typ != qp.UD {
-		if p := q.peer.Load(); p == nil || p.Addr() != from.Addr().Unmap() {
+		p := q.peer.Load()
+		if p == nil {
+			d.stats.dropNotReady.Add(1)
+			return
+		}
+		if p.Addr() != from.Addr().Unmap() {
 			d.stats.dropWrongPeer.Add(1)
 			return
 		}
@@ -133,7 +138,12 @@ func (q *QP) sendCNP(pkt wire.Packet, from netip.AddrPort, now time.Time) {
 		q.mu.Unlock()
 	}
 	f := wire.Fields{BTH: wire.BTHFields{Opcode: wire.CNP, PKey: wire.DefaultPKey, BECN: true, DestQP: dest}}
-	to := netip.AddrPortFrom(from.Addr(), d.local.Port()) // RoCEv2 packets go to port 4791, whatever their source port
+	// RoCEv2 packets go to the peer device's port (4791), whatever their source port: an RC or UC
+	// QP's peer, a UD sender at this device's own.
+	to := netip.AddrPortFrom(from.Addr(), d.local.Port())
+	if p := q.peer.Load(); p != nil && q.typ != qp.UD {
+		to = *p
+	}
 	p := q.port
 	tb := getTxBatch()
 	p.mu.Lock()

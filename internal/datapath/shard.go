@@ -59,12 +59,13 @@ type shard struct {
 	nready      atomic.Int32 // len(ready)
 
 	// Owned by the driver.
-	waitCQ *CQ // the CQ of the waiter that drives, if a waiter does
-	rx     rxState
-	tx     *txBatch
-	timers timerHeap
-	work   []*QP
-	clockT Timer // for clocks other than the real one: fires kick at the next deadline
+	waitCQ        *CQ // the CQ of the waiter that drives, if a waiter does
+	waitSolicited bool
+	rx            rxState
+	tx            *txBatch
+	timers        timerHeap
+	work          []*QP
+	clockT        Timer // for clocks other than the real one: fires kick at the next deadline
 
 	mu    sync.Mutex // guards ready and each QP's queued flag
 	ready []*QP
@@ -214,20 +215,20 @@ func (s *shard) takeBackground() bool {
 // a completion, done is closed or the socket fails. It returns false, having done nothing, when
 // another goroutine drives the shard: the caller then announces that it wants the shard (want) and
 // parks, on cq and on free. See the top of the file.
-func (s *shard) tryDrive(cq *CQ, done <-chan struct{}) bool {
+func (s *shard) tryDrive(cq *CQ, solicited bool, done <-chan struct{}) bool {
 	if !s.drive.TryLock() {
 		return false
 	}
-	s.driveLocked(cq, done)
+	s.driveLocked(cq, solicited, done)
 	return true
 }
 
 // driveLocked is tryDrive once drive is held; it lets go of it.
-func (s *shard) driveLocked(cq *CQ, done <-chan struct{}) {
+func (s *shard) driveLocked(cq *CQ, solicited bool, done <-chan struct{}) {
 	d := s.d
 	cq.driving.Store(s)
-	s.waitCQ = cq
-	for cq.cq.Len() == 0 {
+	s.waitCQ, s.waitSolicited = cq, solicited
+	for !cq.ready(solicited) {
 		select {
 		case <-done:
 		default:
@@ -274,12 +275,12 @@ func (s *shard) handOver() {
 // comes (a driver notifies cq), the shard is free for it to drive, ctx ends or the datapath closes. It
 // announces itself in want first, so that a background driver lets go and does not come back, and a
 // driving waiter that lets go hands the shard over rather than keep it for its linger.
-func (s *shard) waitFor(ctx context.Context, cq *CQ) {
+func (s *shard) waitFor(ctx context.Context, cq *CQ, solicited bool) {
 	d := s.d
 	s.want.Add(1)
 	if s.drive.TryLock() {
 		s.want.Add(-1)
-		s.driveLocked(cq, ctx.Done())
+		s.driveLocked(cq, solicited, ctx.Done())
 		return
 	}
 	if s.bgDriving.Load() {
@@ -322,7 +323,7 @@ func (s *shard) step() error {
 	// A completion for the waiter that drives, pushed while inStep held (by a timer above, or by
 	// another goroutine), kicked no one: it shows here. One pushed after this check kicks.
 	s.inStep.Store(false)
-	if c := s.waitCQ; c != nil && c.cq.Len() > 0 {
+	if c := s.waitCQ; c != nil && c.ready(s.waitSolicited) {
 		return nil
 	}
 	n, err := s.conn.ReadBatch(s.rx.msgs)

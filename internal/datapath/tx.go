@@ -218,11 +218,15 @@ func (s *shard) pumpAll(qs []*QP, now time.Time) {
 }
 
 // destination returns where a packet the engine produced goes: the QP's peer, or for UD the address
-// handle's GID, at the RoCEv2 port.
+// handle's GID and port (the device's own unless set).
 func (q *QP) destination(tx qp.Tx) (netip.AddrPort, bool) {
 	if q.typ == qp.UD {
 		a := netip.AddrFrom16(tx.AH.DGID).Unmap()
-		return netip.AddrPortFrom(a, q.d.local.Port()), a.IsValid() && !a.IsUnspecified()
+		port := tx.AH.Port
+		if port == 0 {
+			port = q.d.local.Port()
+		}
+		return netip.AddrPortFrom(a, port), a.IsValid() && !a.IsUnspecified()
 	}
 	p := q.peer.Load()
 	if p == nil {
@@ -279,4 +283,40 @@ func (g *gsoPolicy) allowed(dst netip.Addr) bool {
 		g.cache[dst] = ok
 	}
 	return ok
+}
+
+// headerRoom is what rxe keeps free of a link MTU for a packet's headers (RXE_MAX_HDR_LENGTH: IPv6,
+// UDP, BTH, the largest extended header and the ICRC) before it picks the IB MTU of its port.
+const headerRoom = 80
+
+// MaxMTU returns the largest path MTU toward dst that the link allows, as rxe derives its port's
+// active MTU: the egress device's link MTU less 80 bytes of headers, rounded down to an IB MTU (1500
+// gives 1024; 9000 and loopback give 4096). An invalid dst asks about the device the datapath is
+// bound to, for what it advertises before it knows its peer. Off the host's network, and when the
+// bound device is not known (a wildcard address), the answer is 4096; when the route to dst is not
+// known, 1024, the MTU rxe uses on standard Ethernet.
+func (d *Datapath) MaxMTU(dst netip.Addr) wire.MTU {
+	if !d.gso.host {
+		return wire.MTU4096
+	}
+	var mtu int
+	if dst.IsValid() {
+		dev, err := netdev.Egress(dst)
+		if err != nil || dev.MTU == 0 {
+			return wire.MTU1024
+		}
+		mtu = dev.MTU
+	} else {
+		m, err := netdev.LocalMTU(d.local.Addr())
+		if err != nil {
+			return wire.MTU4096
+		}
+		mtu = m
+	}
+	for _, m := range []wire.MTU{wire.MTU4096, wire.MTU2048, wire.MTU1024, wire.MTU512} {
+		if m.Bytes()+headerRoom <= mtu {
+			return m
+		}
+	}
+	return wire.MTU256
 }

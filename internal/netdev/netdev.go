@@ -20,6 +20,9 @@
 // So goroce asks Egress for the device toward each destination and uses GSO toward it only when
 // Device.SegmentsInSoftware holds, unless told otherwise.
 //
+// The device's link MTU also bounds a queue pair's path MTU, as rxe derives its port's active MTU
+// from its netdev's: Device.MTU toward a peer, LocalMTU for the address a device is bound to.
+//
 // Limitation: Egress reports the device the route names, and nothing beneath it. A virtual device
 // with the feature active can pass a super-packet whole to a device of its own (a VLAN or macvlan
 // to its lower device, a bridge or bond to its ports, a veth to its peer's namespace, which may
@@ -27,7 +30,12 @@
 // segmenting in software.
 package netdev
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+)
 
 // ErrNoRoute is wrapped by the error Egress returns when the kernel has no usable route to the
 // destination: none at all, or one of type unreachable, prohibit, blackhole or throw. The kernel's
@@ -53,6 +61,8 @@ type Device struct {
 	// features, as ethtool's ETHTOOL_GFEATURES reports them: the kernel then hands it UDP GSO
 	// super-packets whole instead of segmenting them first.
 	USO bool
+	// MTU is the device's link MTU, the largest IP packet it sends; 0 if unknown.
+	MTU int
 }
 
 // SegmentsInSoftware reports whether the kernel, not a NIC, cuts a UDP GSO super-packet sent
@@ -62,4 +72,29 @@ type Device struct {
 // of its own choosing.
 func (d Device) SegmentsInSoftware() bool {
 	return !(d.Hardware && d.USO)
+}
+
+// LocalMTU returns the link MTU of the interface that holds the local address a: what rxe derives its
+// port's active MTU from. An unspecified address has no interface; it, and an address no interface
+// holds, give an error.
+func LocalMTU(a netip.Addr) (int, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 0, fmt.Errorf("netdev: interfaces: %w", err)
+	}
+	a = a.Unmap().WithZone("")
+	for _, ifi := range ifs {
+		addrs, err := ifi.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, ia := range addrs {
+			if p, ok := ia.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(p.IP); ok && ip.Unmap() == a {
+					return ifi.MTU, nil
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("netdev: no interface holds %v: %w", a, ErrInvalidAddr)
 }

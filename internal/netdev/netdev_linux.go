@@ -45,7 +45,11 @@ func byIndex(index int) (Device, error) {
 	if err != nil {
 		return Device{}, err
 	}
-	return Device{Index: index, Name: name, Hardware: parent || sysfsParent(name, index), USO: uso}, nil
+	d := Device{Index: index, Name: name, Hardware: parent || sysfsParent(name, index), USO: uso}
+	if ifi, err := net.InterfaceByIndex(index); err == nil {
+		d.MTU = ifi.MTU
+	}
+	return d, nil
 }
 
 // routeOIF asks the kernel, with RTM_GETROUTE, which interface a datagram to dst goes out of.

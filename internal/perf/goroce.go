@@ -90,11 +90,10 @@ func (sd *side) create(s Spec) error {
 func (sd *side) close() { sd.dev.Close() }
 
 // infos returns what the peer needs to connect to each QP.
-func (sd *side) infos() []QPInfo {
-	out := make([]QPInfo, len(sd.qps))
+func (sd *side) infos() []goroce.Endpoint {
+	out := make([]goroce.Endpoint, len(sd.qps))
 	for i, q := range sd.qps {
-		ri := q.Info()
-		out[i] = QPInfo{QPN: uint32(ri.QPN), PSN: uint32(ri.PSN), GID: ri.GID.Hex()}
+		out[i] = q.Endpoint()
 	}
 	return out
 }
@@ -105,22 +104,19 @@ func (sd *side) region() *MRInfo {
 }
 
 // connect connects QP i to peer[i] at path MTU mtu.
-func (sd *side) connect(peer []QPInfo, mtu int) error {
+func (sd *side) connect(peer []goroce.Endpoint, mtu int) error {
 	if len(peer) != len(sd.qps) {
 		return fmt.Errorf("peer has %d QPs, this side %d", len(peer), len(sd.qps))
 	}
-	m, ok := wire.MTUFromBytes(mtu)
+	m, ok := goroce.MTUFromBytes(mtu)
 	if !ok {
 		return fmt.Errorf("MTU %d", mtu)
 	}
+	opts := goroce.DefaultConnectOptions()
+	opts.MTU = m
 	for i, q := range sd.qps {
-		gid, ok := goroce.ParseGIDHex(peer[i].GID)
-		if !ok {
-			return fmt.Errorf("peer QP %d: GID %q", i, peer[i].GID)
-		}
-		ri := goroce.RemoteInfo{QPN: wire.QPN(peer[i].QPN), PSN: wire.PSN(peer[i].PSN), GID: gid}
-		if err := q.Connect(ri, goroce.ConnectOptions{MTU: m}); err != nil {
-			return fmt.Errorf("connect QP %v to %v: %w", q.QPN(), ri.QPN, err)
+		if err := q.Connect(peer[i], &opts); err != nil {
+			return fmt.Errorf("connect QP %v to %v: %w", q.QPN(), peer[i], err)
 		}
 	}
 	return nil
@@ -133,11 +129,11 @@ func packets(s goroce.Stats) uint64 { return s.TxPackets + s.RxPackets }
 func opcode(k Kind) goroce.WROpcode {
 	switch k {
 	case GoroceRead:
-		return goroce.WRRead
+		return goroce.WRRDMARead
 	case GoroceSend:
 		return goroce.WRSend
 	}
-	return goroce.WRWrite
+	return goroce.WRRDMAWrite
 }
 
 // streamCount is what one QP of a throughput run completed.
@@ -155,7 +151,7 @@ func stream(ctx context.Context, q *goroce.QP, cq *goroce.CQ, wr goroce.SendWR, 
 	var c streamCount
 	var posted uint64
 	post := func(signaled bool) error {
-		wr.ID, wr.Flags = posted, 0
+		wr.WRID, wr.Flags = posted, 0
 		if signaled {
 			wr.Flags = goroce.Signaled
 		}

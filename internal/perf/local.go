@@ -10,7 +10,6 @@ import (
 
 	"github.com/goroce/goroce"
 	"github.com/goroce/goroce/internal/conn"
-	"github.com/goroce/goroce/wire"
 )
 
 // The measurements in this file run inside one process, as `goroce perf loopback` always made
@@ -191,7 +190,7 @@ func Idle(n int, addr, peer netip.Addr) (IdleResult, error) {
 		if err != nil {
 			return IdleResult{}, fmt.Errorf("QP %d: %w", i, err)
 		}
-		if err := q.Connect(goroce.RemoteInfo{QPN: wire.QPN(0x100 + i), PSN: 1, GID: gid}, goroce.ConnectOptions{}); err != nil {
+		if err := q.Connect(goroce.Endpoint{QPN: goroce.QPN(0x100 + i), PSN: 1, GID: gid}, nil); err != nil {
 			return IdleResult{}, fmt.Errorf("QP %d: %w", i, err)
 		}
 		qps = append(qps, q)

@@ -64,16 +64,9 @@ type reply struct {
 // Endpoint is what one side of a measurement tells the other: for goroce, its queue pairs and the
 // memory region the peer reads or writes; for TCP and UDP, the address to send to.
 type Endpoint struct {
-	Addr string   `json:"addr,omitempty"` // TCP and UDP: host:port
-	QPs  []QPInfo `json:"qps,omitempty"`
-	MR   *MRInfo  `json:"mr,omitempty"`
-}
-
-// QPInfo is goroce.RemoteInfo as it travels: what a peer needs to connect to one QP.
-type QPInfo struct {
-	QPN uint32 `json:"qpn"`
-	PSN uint32 `json:"psn"`
-	GID string `json:"gid"` // 32 hex digits, wire order
+	Addr string            `json:"addr,omitempty"` // TCP and UDP: host:port
+	QPs  []goroce.Endpoint `json:"qps,omitempty"`  // in their text form`
+	MR   *MRInfo           `json:"mr,omitempty"`
 }
 
 // MRInfo names a memory region to the peer: QP i uses Slot bytes at Addr + i*Slot.
