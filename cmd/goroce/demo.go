@@ -230,7 +230,7 @@ func demo(w io.Writer, o demoOptions) error {
 	if err := qpB.PostRecv(&goroce.RecvWR{WRID: 101}); err != nil {
 		return err
 	}
-	if err := qpA.PostSend(&goroce.SendWR{WRID: 2, Opcode: goroce.WRWriteImm, Imm: 0xC0FFEE, Flags: goroce.Signaled,
+	if err := qpA.PostSend(&goroce.SendWR{WRID: 2, Opcode: goroce.WRRDMAWriteImm, Imm: 0xC0FFEE, Flags: goroce.Signaled,
 		SGL: []goroce.SGE{srcA.SGE(0, writeLen)}, RemoteAddr: targetB.Addr(), RKey: targetB.RKey()}); err != nil {
 		return err
 	}
@@ -242,7 +242,7 @@ func demo(w io.Writer, o demoOptions) error {
 	}
 
 	step(fmt.Sprintf("RDMA READ of %d bytes from B: one request, the responses take one PSN each", readLen))
-	if err := qpA.PostSend(&goroce.SendWR{WRID: 3, Opcode: goroce.WRRead, Flags: goroce.Signaled,
+	if err := qpA.PostSend(&goroce.SendWR{WRID: 3, Opcode: goroce.WRRDMARead, Flags: goroce.Signaled,
 		SGL: []goroce.SGE{landA.SGE(0, readLen)}, RemoteAddr: targetB.Addr() + 3000, RKey: targetB.RKey()}); err != nil {
 		return err
 	}

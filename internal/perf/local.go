@@ -47,7 +47,7 @@ func localWrite(ctx context.Context, s Spec, a, b netip.Addr) (Result, error) {
 	defer sa.close()
 	defer sb.close()
 	wr := func(i int) goroce.SendWR {
-		return goroce.SendWR{Opcode: goroce.WRWrite, SGL: []goroce.SGE{sa.mr.SGE(i*sa.slot, s.Size)},
+		return goroce.SendWR{Opcode: goroce.WRRDMAWrite, SGL: []goroce.SGE{sa.mr.SGE(i*sa.slot, s.Size)},
 			RemoteAddr: sb.mr.Addr() + uint64(i*sb.slot), RKey: sb.mr.RKey()}
 	}
 	// The allocations per packet count A's packets only, as the command always did: B's receive

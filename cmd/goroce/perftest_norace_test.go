@@ -1,6 +1,0 @@
-//go:build !race
-
-package main
-
-// perftestRace says the race detector is on; see perftest_race_test.go.
-const perftestRace = false
