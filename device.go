@@ -81,7 +81,7 @@ type Config struct {
 	// sent ECN-capable (ECT(0)), and a CE-marked packet it receives makes the device send a CNP to the
 	// sending QP, at most one per flow per CNPInterval. Peers that know no CNPs (rxe drops them) are
 	// unaffected.
-	DCQCN *congestion.Params
+	DCQCN *DCQCNParams
 	// AckDelay is how long a responder's ACK may wait for company (the reply to the message it
 	// acknowledges, or any other packet of its QP) before it leaves alone: 25 us unless set; negative
 	// sends every ACK at once, as rxe does. Requesters retransmit after milliseconds, so the wait costs
@@ -96,6 +96,13 @@ type Config struct {
 	// MemNetwork for hermetic tests.
 	Network Network
 }
+
+// DCQCNParams are DCQCN's parameters (Config.DCQCN): see congestion.Params for each, with its source.
+type DCQCNParams = congestion.Params
+
+// DefaultDCQCN returns the DCQCN parameters of the paper and of ConnectX NICs for a line rate in bits
+// per second.
+func DefaultDCQCN(lineRate float64) DCQCNParams { return congestion.DefaultParams(lineRate) }
 
 // GSOMode says whether a device sends runs of equal-sized packets (the middle packets of a message,
 // READ responses) in one UDP GSO write instead of one system call per packet.

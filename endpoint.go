@@ -194,8 +194,12 @@ type ConnectOptions struct {
 }
 
 // DefaultConnectOptions returns the defaults: the largest MTU both ends allow, every remote access
-// right, Timeout 14 (67 ms), RetryCnt 7, RNRRetry 6 (a forgotten receive fails the request within
-// about half a second instead of hanging), MinRNRTimer 12 (0.64 ms), RdAtomic 16, QKey 0.
+// right, Timeout 14 (67 ms), RetryCnt 7, RNRRetry 6, MinRNRTimer 12 (0.64 ms), RdAtomic 16, QKey 0.
+//
+// RNRRetry 6 makes a SEND to a peer that has no receive posted fail with ErrRNRRetryExceeded after 7
+// RNR NAKs instead of retrying forever, as ibverbs' 7 does: with the usual RNR timer (12, which goroce
+// peers and ibv_rc_pingpong ask for) that is a few milliseconds. A program whose receiver may fall
+// behind for longer sets RNRRetry 7, or has the receiving side ask for a longer MinRNRTimer.
 func DefaultConnectOptions() ConnectOptions {
 	return ConnectOptions{Access: RemoteWrite | RemoteRead | RemoteAtomic, Timeout: 14, RetryCnt: 7, RNRRetry: 6,
 		MinRNRTimer: 12, RdAtomic: 16}

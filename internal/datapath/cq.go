@@ -15,7 +15,8 @@ type CQ struct {
 	d        *Datapath
 	cq       *qp.CQ
 	notify   chan struct{}
-	notified atomic.Bool           // the armed CQ got its notification
+	notified atomic.Bool // the armed CQ got its notification
+	closed   atomic.Bool
 	home     atomic.Pointer[shard] // nil while no QP or QPs on several shards use the CQ
 	driving  atomic.Pointer[shard] // the shard a waiter drives for this CQ now
 	// Owner is the API's object for the CQ, for the events it reports.
@@ -56,8 +57,11 @@ func (c *CQ) wake() {
 }
 
 // ready reports whether a waiter can stop: the CQ holds a completion, or for a solicited-only wait, a
-// solicited or error completion came since it armed the CQ.
+// solicited or error completion came since it armed the CQ; or the CQ is closed.
 func (c *CQ) ready(solicited bool) bool {
+	if c.closed.Load() {
+		return true
+	}
 	if solicited {
 		return c.notified.Load()
 	}
@@ -89,14 +93,14 @@ func (c *CQ) Wait(ctx context.Context, solicited bool) error {
 		if !solicited {
 			c.cq.Arm(false)
 		}
+		if d.closing.Load() || c.closed.Load() {
+			return ErrClosed
+		}
 		if c.ready(solicited) {
 			return nil
 		}
 		if err := ctx.Err(); err != nil {
 			return err
-		}
-		if d.closing.Load() {
-			return ErrClosed
 		}
 		if s := c.home.Load(); s != nil && d.cfg.Linger >= 0 {
 			c.watch(ctx)
@@ -141,8 +145,10 @@ func (c *CQ) watch(ctx context.Context) {
 	})
 }
 
-// Close drops the CQ's context registration.
+// Close ends the CQ's waits with ErrClosed and drops its context registration.
 func (c *CQ) Close() {
+	c.closed.Store(true)
+	c.wake()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ctxStop != nil {
