@@ -252,6 +252,10 @@ func (c *UDPConn) configure(fd int, opts Options) error {
 			{unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO, "IPV6_MTU_DISCOVER"},
 			{unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1, "IPV6_RECVTCLASS"},
 			{unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1, "IPV6_RECVPKTINFO"},
+			// rxe sends RoCEv2 over IPv6 with a zero UDP checksum, as RFC 6935 allows tunnels to (the
+			// ICRC covers the payload); without this option the kernel drops such datagrams
+			// (Udp6InCsumErrors). goroce's own datagrams carry a checksum, which rxe also accepts.
+			{unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1, "UDP_NO_CHECK6_RX"},
 		}
 	}
 	for _, o := range set {

@@ -334,3 +334,32 @@ func TestGSORefusedByKernel(t *testing.T) {
 	}
 	checkDatagram(t, readN(t, b, 1, 2048)[0], msgs[0].Buf, a.LocalAddr())
 }
+
+// rxe sends RoCEv2 over IPv6 with a zero UDP checksum; the receive socket takes such datagrams
+// (UDP_NO_CHECK6_RX), which the kernel drops otherwise. The sender here is a plain socket with
+// UDP_NO_CHECK6_TX, as rxe's tunnel socket.
+func TestZeroChecksumIPv6(t *testing.T) {
+	c, err := Listen(loop6, Options{})
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	defer c.Close()
+	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_TX, 1); err != nil {
+		t.Fatalf("UDP_NO_CHECK6_TX: %v", err)
+	}
+	to := &unix.SockaddrInet6{Port: int(c.LocalAddr().Port()), Addr: c.LocalAddr().Addr().As16()}
+	want := payload(3, 100)
+	if err := unix.Sendto(fd, want, 0, to); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second)) // a dropped datagram fails the read
+	m := readN(t, c, 1, 2048)[0]
+	if string(m.Buf[:m.N]) != string(want) {
+		t.Fatalf("got %x", m.Buf[:m.N])
+	}
+}
