@@ -626,3 +626,32 @@ func headers(src, dst netip.AddrPort, n int) (ip, udp []byte) {
 	binary.BigEndian.PutUint16(udp[4:], uint16(8+n))
 	return ip, udp
 }
+
+// An RC request with a reserved opcode at the expected PSN is NAKed invalid request on the wire, and
+// the responder's QP enters ERR (CONFORMANCE L5; rxe drops it silently).
+func TestReservedOpcodeNAKed(t *testing.T) {
+	mem := conn.NewMemNetwork()
+	p := newPair(t, mem, RC, ConnectOptions{})
+	// The stranger speaks from the peer's address: RC QPs check the address, not the source port.
+	evil, err := mem.Listen(netip.AddrPortFrom(p.a.LocalAddr().Addr(), 0), conn.Options{})
+	must(t, err)
+	defer evil.Close()
+	f := wire.Fields{BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: p.qb.QPN(),
+		PSN: p.qa.Endpoint().PSN}}
+	pkt, _ := wire.Append(nil, &f, []byte("resv"))
+	pkt[0] = 0x1F
+	ip, udp := headers(evil.LocalAddr(), p.b.LocalAddr(), len(pkt))
+	must(t, wire.SetICRC(ip, udp, pkt))
+	_, err = evil.WriteBatch([]conn.Message{{Buf: pkt, Addr: p.b.LocalAddr()}})
+	must(t, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for p.qb.State() != StateErr || p.qb.Counters().NAKsSent[wire.NAKInvalidRequest] != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("state %v, counters %+v, device %+v", p.qb.State(), p.qb.Counters(), p.b.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if s := p.b.Stats(); s.DropMalformed != 0 {
+		t.Fatalf("the reserved opcode was dropped as malformed: %+v", s)
+	}
+}

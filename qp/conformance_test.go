@@ -3,6 +3,7 @@ package qp
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -845,11 +846,32 @@ func TestUnsupportedOpcodes(t *testing.T) {
 			t.Fatalf("%v: state %v", op, l.b.qp.State())
 		}
 	}
+	// Reserved RC opcodes: Parse refuses them, ParseReserved gives the responder the PSN to NAK.
+	// CONFORMANCE L5.
 	for _, op := range []byte{0x15, 0x18, 0x19, 0x1A, 0x1B, 0x1E, 0x1F} {
+		o := defaultOpts()
+		o.psnA = 0
+		l := newLink(t, o)
+		b, err := wire.Append(nil, &wire.Fields{BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey,
+			DestQP: l.b.qp.QPN()}}, []byte{1, 2, 3, 4})
+		must(t, err)
+		b[0] = op
+		if _, err := wire.Parse(b); !errors.Is(err, wire.ErrBadOpcode) {
+			t.Errorf("opcode %#x: Parse says %v", op, err)
+		}
+		p, err := wire.ParseReserved(b)
+		must(t, err)
+		l.b.qp.HandlePacket(l.now, p, nil)
+		expectLines(t, l.drain(l.b), "ACKNOWLEDGE psn=0 [NAK invalid-request msn=0]")
+		if l.b.qp.State() != StateErr {
+			t.Fatalf("%#x: state %v", op, l.b.qp.State())
+		}
+	}
+	for _, op := range []byte{0x04, 0x35, 0x66, 0x80} { // defined, or reserved outside RC
 		b := make([]byte, wire.BTHLen+wire.ICRCLen)
 		b[0] = op
-		if _, err := wire.Parse(b); err == nil {
-			t.Errorf("opcode %#x parsed", op)
+		if _, err := wire.ParseReserved(b); !errors.Is(err, wire.ErrBadOpcode) {
+			t.Errorf("ParseReserved(%#x): %v", op, err)
 		}
 	}
 }

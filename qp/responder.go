@@ -258,6 +258,11 @@ func (r *responder) handleRC(q *QP, p wire.Packet) {
 		return
 	}
 
+	// A reserved opcode (wire.ParseReserved) is an invalid request. CONFORMANCE L5.
+	if !i.Valid() {
+		r.fatal(q, psn, wire.NAKInvalidRequest)
+		return
+	}
 	// Opcode sequence: a FIRST or ONLY between messages, MIDDLE and LAST of the open one. IBTA Vol 1
 	// 9.7.5.1.3; CONFORMANCE L3, L4.
 	if !r.sequenceOK(i) {

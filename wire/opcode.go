@@ -345,6 +345,13 @@ func init() {
 	for _, d := range cnpOps {
 		define(TransportCNP, d.code, d)
 	}
+	// The reserved RC opcodes keep valid false; their entries say only that they are RC requests with
+	// nothing after the BTH, for ParseReserved.
+	for code := Opcode(TransportRC); code < Opcode(TransportRC)+0x20; code++ {
+		if i := &opTable[code]; !i.valid {
+			*i = OpInfo{Name: "RESERVED", Transport: TransportRC, Op: OpInvalid, Pos: PosOnly, Payload: true, HeaderLen: BTHLen}
+		}
+	}
 }
 
 func define(t Transport, code Opcode, d opDef) {

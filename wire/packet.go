@@ -63,6 +63,37 @@ func Parse(b []byte) (Packet, error) {
 	return Packet{b: b, info: info, payload: uint16(n)}, nil
 }
 
+// ParseReserved parses b, which Parse refused with ErrBadOpcode, as an RC request with a reserved
+// opcode: a BTH, then payload to the ICRC. Its Info is not Valid and its Op is OpInvalid. An RC
+// responder answers such a request with NAK invalid request, as IBTA Vol 1 9.7.5 asks of responder
+// errors (qp/CONFORMANCE.md L5; rxe drops it), and for that needs its PSN. Any other b is
+// ErrBadOpcode.
+func ParseReserved(b []byte) (Packet, error) {
+	if len(b) < BTHLen+ICRCLen {
+		return Packet{}, errShortBTH
+	}
+	info := &opTable[b[bthOpcode]]
+	if info.valid || info.Transport != TransportRC || info.HeaderLen == 0 {
+		return Packet{}, ErrBadOpcode
+	}
+	bth := BTH(b)
+	if bth.TVer() != TransportVersion {
+		return Packet{}, ErrBadVersion
+	}
+	if len(b)%4 != 0 {
+		return Packet{}, errUnaligned
+	}
+	rest := len(b) - BTHLen - ICRCLen
+	pad := bth.PadCnt()
+	if pad > rest {
+		return Packet{}, errPadExceeds
+	}
+	if rest-pad > MaxPayload {
+		return Packet{}, errPayloadTooLarge
+	}
+	return Packet{b: b, info: info, payload: uint16(rest - pad)}, nil
+}
+
 // Bytes returns the whole packet, BTH through ICRC.
 func (p Packet) Bytes() []byte { return p.b }
 

@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"errors"
 	"net/netip"
 	"time"
 
@@ -51,6 +52,9 @@ func (s *shard) receivePacket(b []byte, from netip.AddrPort, to netip.Addr, tos 
 	d.stats.rxPackets.Add(1)
 	d.stats.rxBytes.Add(uint64(len(b)))
 	pkt, err := wire.Parse(b)
+	if errors.Is(err, wire.ErrBadOpcode) {
+		pkt, err = wire.ParseReserved(b) // an RC request the responder NAKs
+	}
 	if err != nil {
 		d.stats.dropMalformed.Add(1)
 		return
