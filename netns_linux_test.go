@@ -41,6 +41,21 @@ func (n netnsNetwork) ListenShards(addr netip.AddrPort, k int, opts conn.Options
 // made (not root, no iproute2).
 func newNetns(t *testing.T, addrs ...netip.Addr) netnsNetwork {
 	t.Helper()
+	var cmds [][]string
+	for _, a := range addrs {
+		if a.Is6() {
+			cmds = append(cmds, []string{"-6", "addr", "add", a.String() + "/128", "dev", "lo", "nodad"})
+		} else {
+			cmds = append(cmds, []string{"addr", "add", a.String() + "/32", "dev", "lo"})
+		}
+	}
+	return newNetnsCmds(t, cmds...)
+}
+
+// newNetnsCmds is newNetns with the namespace set up by ip commands of the caller's: each is ip's
+// arguments, run inside the namespace after lo is up.
+func newNetnsCmds(t *testing.T, cmds ...[]string) netnsNetwork {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create a network namespace")
 	}
@@ -69,14 +84,8 @@ func newNetns(t *testing.T, addrs ...netip.Addr) netnsNetwork {
 			setup <- e
 			return
 		}
-		for _, a := range addrs {
-			var e string
-			if a.Is6() {
-				e = run("-6", "addr", "add", a.String()+"/128", "dev", "lo", "nodad")
-			} else {
-				e = run("addr", "add", a.String()+"/32", "dev", "lo")
-			}
-			if e != "" {
+		for _, c := range cmds {
+			if e := run(c...); e != "" {
 				setup <- e
 				return
 			}
@@ -116,6 +125,29 @@ func TestIPv6Netns(t *testing.T) {
 	p.connect(t, RC, ConnectOptions{MTU: MTU4096})
 	exerciseEveryOpcode(t, p, 20000)
 	if s := p.b.Stats(); s.DropICRC != 0 || s.RxPackets == 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// Link-local IPv6: a GID carries no zone, so each device gives its peer's link-local address the zone
+// of its own. Two devices on the two ends of a veth pair, fe80::1%v0 and fe80::2%v1.
+func TestIPv6LinkLocalNetns(t *testing.T) {
+	ns := newNetnsCmds(t,
+		[]string{"link", "add", "v0", "type", "veth", "peer", "name", "v1"},
+		[]string{"link", "set", "v0", "up"}, []string{"link", "set", "v1", "up"},
+		[]string{"-6", "addr", "add", "fe80::1/64", "dev", "v0", "nodad"},
+		[]string{"-6", "addr", "add", "fe80::2/64", "dev", "v1", "nodad"})
+	p := &testPair{}
+	var err error
+	p.a, err = Open(Config{Addr: netip.MustParseAddr("fe80::1%v0"), Network: rawNetwork{ns}})
+	must(t, err)
+	defer p.a.Close()
+	p.b, err = Open(Config{Addr: netip.MustParseAddr("fe80::2%v1"), Network: rawNetwork{ns}})
+	must(t, err)
+	defer p.b.Close()
+	p.connect(t, RC, ConnectOptions{MTU: MTU1024})
+	exerciseEveryOpcode(t, p, 3000)
+	if s := p.b.Stats(); s.DropICRC != 0 || s.DropWrongPeer != 0 || s.RxPackets == 0 {
 		t.Fatalf("stats %+v", s)
 	}
 }

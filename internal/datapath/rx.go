@@ -75,7 +75,7 @@ func (s *shard) receivePacket(b []byte, from netip.AddrPort, to netip.Addr, tos 
 			d.stats.dropNotReady.Add(1)
 			return
 		}
-		if p.Addr() != from.Addr().Unmap() {
+		if p.Addr().WithZone("") != from.Addr().Unmap().WithZone("") {
 			d.stats.dropWrongPeer.Add(1)
 			return
 		}

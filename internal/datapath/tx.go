@@ -221,7 +221,7 @@ func (s *shard) pumpAll(qs []*QP, now time.Time) {
 // handle's GID and port (the device's own unless set).
 func (q *QP) destination(tx qp.Tx) (netip.AddrPort, bool) {
 	if q.typ == qp.UD {
-		a := netip.AddrFrom16(tx.AH.DGID).Unmap()
+		a := q.d.scoped(netip.AddrFrom16(tx.AH.DGID).Unmap())
 		port := tx.AH.Port
 		if port == 0 {
 			port = q.d.local.Port()
@@ -319,4 +319,15 @@ func (d *Datapath) MaxMTU(dst netip.Addr) wire.MTU {
 		}
 	}
 	return wire.MTU256
+}
+
+// scoped gives a link-local IPv6 destination the zone of the datapath's own address: a GID carries no
+// zone, and a link-local address means nothing without the link. Other addresses pass unchanged.
+func (d *Datapath) scoped(a netip.Addr) netip.Addr {
+	if a.Zone() == "" && a.IsLinkLocalUnicast() && a.Is6() {
+		if z := d.local.Addr().Zone(); z != "" {
+			return a.WithZone(z)
+		}
+	}
+	return a
 }
