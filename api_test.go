@@ -10,6 +10,7 @@ import (
 	"errors"
 	"net/netip"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -416,10 +417,16 @@ func TestTwoDevicesOneAddress(t *testing.T) {
 	}
 	src, _ := pda.RegMR([]byte("same address, another port"), goroce.LocalWrite)
 	dst, _ := pdb.AllocMR(64, goroce.LocalWrite|goroce.RemoteWrite)
-	ok(t, qa.PostSend(&goroce.SendWR{Opcode: goroce.WRRDMAWrite, Flags: goroce.Signaled, SGL: []goroce.SGE{src.SGE(0, 26)},
-		RemoteAddr: dst.Addr(), RKey: dst.RKey()}))
+	// The receiver learns of the data from its own completion, as an RDMA program does: WRITE with
+	// immediate consumes a receive.
+	ok(t, qb.PostRecv(&goroce.RecvWR{WRID: 1}))
+	ok(t, qa.PostSend(&goroce.SendWR{Opcode: goroce.WRRDMAWriteImm, Flags: goroce.Signaled, SGL: []goroce.SGE{src.SGE(0, 26)},
+		RemoteAddr: dst.Addr(), RKey: dst.RKey(), Imm: 26}))
 	if wc := waitOne(t, cqa); wc.Err() != nil {
 		t.Fatal(wc.Err())
+	}
+	if wc := waitOne(t, cqb); wc.Err() != nil || wc.Imm != 26 || wc.Opcode != goroce.CompRecvRDMAWithImm {
+		t.Fatalf("%#v", wc)
 	}
 	if !bytes.Equal(dst.Bytes()[:26], src.Bytes()) {
 		t.Fatalf("got %q", dst.Bytes()[:26])
@@ -554,7 +561,8 @@ func TestMemNetworkImpairments(t *testing.T) {
 	}
 }
 
-// CE marks on a MemNetwork reach a DCQCN device, which answers with CNPs that slow the sender.
+// CE marks on a MemNetwork reach a DCQCN device, which answers with CNPs that reach the sender. (That
+// they slow it is TestDCQCNLoopback's.)
 func TestMemNetworkCE(t *testing.T) {
 	net := goroce.NewMemNetwork()
 	ok(t, net.Impair(goroce.Impairment{CE: 0.2, Seed: 1}))
@@ -581,10 +589,8 @@ func TestMemNetworkCE(t *testing.T) {
 	if wc := waitOne(t, cqa); wc.Err() != nil {
 		t.Fatal(wc.Err())
 	}
-	rate, _ := qa.CongestionRate()
-	if net.Stats().Marked == 0 || b.Stats().CNPSent == 0 || qa.Counters().RcvdCNP == 0 || rate >= 10e9 {
-		t.Fatalf("marked %d, CNPs sent %d, received %d, rate %.2f Gb/s", net.Stats().Marked, b.Stats().CNPSent,
-			qa.Counters().RcvdCNP, rate/1e9)
+	if net.Stats().Marked == 0 || b.Stats().CNPSent == 0 || qa.Counters().RcvdCNP == 0 {
+		t.Fatalf("marked %d, CNPs sent %d, received %d", net.Stats().Marked, b.Stats().CNPSent, qa.Counters().RcvdCNP)
 	}
 }
 
@@ -599,5 +605,33 @@ func TestAtomicResultByteOrder(t *testing.T) {
 	}
 	if old, now := binary.NativeEndian.Uint64(p.srca.Bytes()), binary.NativeEndian.Uint64(p.dstb.Bytes()); old != 40 || now != 42 {
 		t.Fatalf("fetch-and-add: original %d, now %d", old, now)
+	}
+}
+
+// Impairment.From impairs one direction only.
+func TestImpairOneDirection(t *testing.T) {
+	p := newAPIPair(t, nil)
+	var mu sync.Mutex
+	froms := map[netip.Addr]int{}
+	ok(t, p.net.Impair(goroce.Impairment{Loss: 0.2, Seed: 5, From: p.b.LocalAddr().Addr(),
+		Dropped: func(_ []byte, from, _ netip.AddrPort) {
+			mu.Lock()
+			froms[from.Addr()]++
+			mu.Unlock()
+		}}))
+	recv, _ := p.pdb.AllocMR(64, goroce.LocalWrite)
+	for i := range 20 {
+		ok(t, p.qpb.PostRecv(&goroce.RecvWR{SGL: []goroce.SGE{recv.SGE(0, 64)}}))
+		ok(t, p.qpa.PostSend(&goroce.SendWR{WRID: uint64(i), Opcode: goroce.WRSend, Flags: goroce.Signaled | goroce.Inline,
+			InlineData: []byte("ping")}))
+		if wc := waitOne(t, p.cqa); wc.Err() != nil {
+			t.Fatal(wc.Err())
+		}
+		waitOne(t, p.cqb)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if froms[p.b.LocalAddr().Addr()] == 0 || len(froms) != 1 {
+		t.Fatalf("drops by sender: %v", froms)
 	}
 }

@@ -42,6 +42,9 @@ type Impairment struct {
 	CE float64
 	// Seed seeds the random choices.
 	Seed uint64
+	// From, if valid, limits the impairment to datagrams sent from that address: one direction of a
+	// conversation.
+	From netip.Addr
 	// Dropped, if set, is told of every datagram Loss drops, on the writing goroutine; b is valid
 	// only during the call. For traces that show the loss.
 	Dropped func(b []byte, from, to netip.AddrPort)
@@ -100,7 +103,7 @@ func (p *impairer) snapshot() ImpairStats {
 func (p *impairer) decide(m *conn.Message, from netip.AddrPort) conn.Verdict {
 	p.mu.Lock()
 	imp, r := &p.imp, p.rng
-	if !p.on {
+	if !p.on || (imp.From.IsValid() && from.Addr().Unmap() != imp.From.Unmap()) {
 		p.mu.Unlock()
 		return conn.Verdict{}
 	}
