@@ -243,12 +243,16 @@ func (a clockAdapter) NewTimer(d time.Duration) datapath.Timer { return a.c.NewT
 // tracerAdapter gives the datapath the device's Tracer.
 type tracerAdapter struct{ t Tracer }
 
-func (a tracerAdapter) TracePacket(sent bool, at time.Time, from, to netip.AddrPort, p wire.Packet) {
-	dir := Received
-	if sent {
-		dir = Sent
+func (a tracerAdapter) TracePacket(r *datapath.TraceRecord) {
+	e := TraceEvent{Dir: Received, At: r.At, From: r.From, To: r.To, TOS: r.TOS, IPID: r.IPID, Bytes: r.Bytes, Packet: r.Packet,
+		Reason: string(r.Drop)}
+	switch {
+	case r.Sent:
+		e.Dir = Sent
+	case r.Drop != "":
+		e.Dir = Dropped
 	}
-	a.t.Packet(TraceEvent{Dir: dir, At: at, From: from, To: to, Packet: p})
+	a.t.Packet(&e)
 }
 
 // GID returns the device's GID: its address as an IPv6 or IPv4-mapped address. It mirrors

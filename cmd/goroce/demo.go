@@ -82,7 +82,7 @@ func (p *tracePrinter) stamp(at time.Time) string {
 }
 
 // Packet prints each packet once, when it is sent.
-func (p *tracePrinter) Packet(e goroce.TraceEvent) {
+func (p *tracePrinter) Packet(e *goroce.TraceEvent) {
 	if e.Dir != goroce.Sent || p.quiet {
 		return
 	}

@@ -92,11 +92,41 @@ type Timer interface {
 	Stop()
 }
 
-// Tracer sees every packet sent or received. It runs on the datapath's goroutines, must not block and
-// must not keep p.
+// Tracer sees every packet sent, received or dropped on arrival. It runs on the datapath's goroutines,
+// must not block and must not keep the record or the bytes it points to.
 type Tracer interface {
-	TracePacket(sent bool, at time.Time, from, to netip.AddrPort, p wire.Packet)
+	TracePacket(r *TraceRecord)
 }
+
+// TraceRecord is one packet as it was on the wire: enough to rebuild its IP and UDP headers.
+type TraceRecord struct {
+	Sent     bool // sent by the datapath; else received
+	At       time.Time
+	From, To netip.AddrPort
+	TOS      uint8
+	// IPID is an IPv4 packet's identification: the one a sent packet's ICRC was sealed with (i for
+	// the i-th segment of a GSO write), or the one a received packet's ICRC verified with.
+	IPID uint16
+	// Bytes is the datagram's payload, BTH through ICRC; Packet is it parsed, the zero Packet for one
+	// dropped as malformed.
+	Bytes  []byte
+	Packet wire.Packet
+	// Drop, for a received packet the datapath dropped, says why; "" for one it took.
+	Drop Drop
+}
+
+// Drop is why the datapath dropped a received packet (it counts each in Stats).
+type Drop string
+
+// Drop reasons.
+const (
+	DropMalformed  Drop = "malformed"   // wire.Parse refused it
+	DropICRC       Drop = "bad ICRC"    // its ICRC did not verify
+	DropUnknownQPN Drop = "unknown QPN" // no QP has its destination QPN
+	DropWrongPeer  Drop = "wrong peer"  // an RC/UC QP's packet from another address than its peer's
+	DropNotReady   Drop = "not ready"   // an RC/UC QP not yet connected (before RTR)
+	DropTruncated  Drop = "truncated"   // larger than the receive buffer
+)
 
 // Config configures a Datapath. Zero fields take the defaults named.
 type Config struct {

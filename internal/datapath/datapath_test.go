@@ -147,12 +147,16 @@ func TestSealVerify(t *testing.T) {
 	}{
 		{ICRCRecoverID, 5, true}, {ICRCRecoverID, 0, true}, {ICRCStrict, 0, false}, {ICRCOff, 0, true},
 	} {
-		if got := v.verify(tc.mode, srcAP, dstAP, p, tc.guess); got != tc.want {
+		id, got := v.verify(tc.mode, srcAP, dstAP, p, tc.guess)
+		if got != tc.want {
 			t.Errorf("mode %d guess %d: %v, want %v", tc.mode, tc.guess, got, tc.want)
+		}
+		if got && tc.mode == ICRCRecoverID && id != 5 {
+			t.Errorf("mode %d guess %d: identification %d, want the sealed 5", tc.mode, tc.guess, id)
 		}
 	}
 	pkt[100] ^= 1
-	if v.verify(ICRCRecoverID, srcAP, dstAP, p, 5) {
+	if _, ok := v.verify(ICRCRecoverID, srcAP, dstAP, p, 5); ok {
 		t.Error("a corrupted payload verified")
 	}
 }
@@ -178,7 +182,7 @@ func BenchmarkVerify4K(b *testing.B) {
 			b.SetBytes(int64(p.Len()))
 			b.ReportAllocs()
 			for b.Loop() {
-				if !v.verify(ICRCRecoverID, srcAP, dstAP, p, bc.guess) {
+				if _, ok := v.verify(ICRCRecoverID, srcAP, dstAP, p, bc.guess); !ok {
 					b.Fatal("does not verify")
 				}
 			}

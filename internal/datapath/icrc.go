@@ -68,9 +68,9 @@ type verifier struct {
 // identification is not known to a socket: guess is tried first (0 for a datagram, the segment's index
 // in a GRO run from a goroce sender), then, unless mode is ICRCStrict, the identification is recovered
 // from the CRC (wire.IDRecovery), with DF required.
-func (v *verifier) verify(mode ICRCMode, from, to netip.AddrPort, pkt wire.Packet, guess uint16) bool {
+func (v *verifier) verify(mode ICRCMode, from, to netip.AddrPort, pkt wire.Packet, guess uint16) (id uint16, ok bool) {
 	if mode == ICRCOff {
-		return true
+		return guess, true
 	}
 	src, dst := from.Addr().Unmap(), to.Addr().Unmap()
 	var udp [8]byte
@@ -79,13 +79,13 @@ func (v *verifier) verify(mode ICRCMode, from, to netip.AddrPort, pkt wire.Packe
 		var ip [20]byte
 		if mode == ICRCStrict {
 			ipv4Header(&ip, src, dst, pkt.Len(), 0)
-			return wire.VerifyICRC(ip[:], udp[:], pkt.Bytes()) == nil
+			return 0, wire.VerifyICRC(ip[:], udp[:], pkt.Bytes()) == nil
 		}
 		ipv4Header(&ip, src, dst, pkt.Len(), guess)
-		_, _, err := v.rec.VerifyIPv4(ip[:], udp[:], pkt.Bytes())
-		return err == nil
+		id, _, err := v.rec.VerifyIPv4(ip[:], udp[:], pkt.Bytes())
+		return id, err == nil
 	}
 	var ip [40]byte
 	ipv6Header(&ip, from.Addr(), to.Addr(), pkt.Len())
-	return wire.VerifyICRC(ip[:], udp[:], pkt.Bytes()) == nil
+	return 0, wire.VerifyICRC(ip[:], udp[:], pkt.Bytes()) == nil
 }

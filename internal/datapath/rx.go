@@ -3,6 +3,7 @@ package datapath
 import (
 	"errors"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/internal/conn"
@@ -21,6 +22,10 @@ func (s *shard) receive(n int, now time.Time) {
 		if m.Truncated {
 			d.stats.rxPackets.Add(1)
 			d.stats.dropTruncated.Add(1)
+			if t := d.cfg.Tracer; t != nil {
+				t.TracePacket(&TraceRecord{At: now, From: m.Addr, To: netip.AddrPortFrom(m.Local, d.local.Port()), TOS: m.TOS,
+					Bytes: m.Buf[:m.N], Drop: DropTruncated})
+			}
 			continue
 		}
 		to := m.Local
@@ -51,37 +56,48 @@ func (s *shard) receivePacket(b []byte, from netip.AddrPort, to netip.Addr, tos 
 	r := &s.rx
 	d.stats.rxPackets.Add(1)
 	d.stats.rxBytes.Add(uint64(len(b)))
+	local := netip.AddrPortFrom(to, d.local.Port())
+	drop := func(c *atomic.Uint64, why Drop, pkt wire.Packet, id uint16) {
+		c.Add(1)
+		if t := d.cfg.Tracer; t != nil {
+			t.TracePacket(&TraceRecord{At: now, From: from, To: local, TOS: tos, IPID: id, Bytes: b, Packet: pkt, Drop: why})
+		}
+	}
 	pkt, err := wire.Parse(b)
 	if errors.Is(err, wire.ErrBadOpcode) {
 		pkt, err = wire.ParseReserved(b) // an RC request the responder NAKs
 	}
 	if err != nil {
-		d.stats.dropMalformed.Add(1)
+		drop(&d.stats.dropMalformed, DropMalformed, wire.Packet{}, idGuess)
 		return
 	}
-	if !r.v.verify(d.cfg.ICRC, from, netip.AddrPortFrom(to, d.local.Port()), pkt, idGuess) {
-		d.stats.dropICRC.Add(1)
+	id, ok := r.v.verify(d.cfg.ICRC, from, local, pkt, idGuess)
+	if !ok {
+		drop(&d.stats.dropICRC, DropICRC, pkt, idGuess)
 		return
 	}
 	q := d.lookup(pkt.BTH().DestQP())
 	if q == nil {
-		d.stats.dropUnknownQPN.Add(1)
+		drop(&d.stats.dropUnknownQPN, DropUnknownQPN, pkt, id)
 		return
 	}
 	// RC and UC QPs take packets only from their peer, as rxe does. IBTA Annex A17.4.5.
 	if q.typ != qp.UD {
 		p := q.peer.Load()
 		if p == nil {
-			d.stats.dropNotReady.Add(1)
+			drop(&d.stats.dropNotReady, DropNotReady, pkt, id)
 			return
 		}
 		if p.Addr().WithZone("") != from.Addr().Unmap().WithZone("") {
-			d.stats.dropWrongPeer.Add(1)
+			drop(&d.stats.dropWrongPeer, DropWrongPeer, pkt, id)
 			return
 		}
 	}
 	if q.shard != s {
 		d.stats.rxOffShard.Add(1)
+	}
+	if t := d.cfg.Tracer; t != nil {
+		t.TracePacket(&TraceRecord{At: now, From: from, To: local, TOS: tos, IPID: id, Bytes: b, Packet: pkt})
 	}
 	q.deliver(pkt, from, to, tos, &r.info, now)
 	if k := len(r.touched); k == 0 || r.touched[k-1] != q {
@@ -115,9 +131,6 @@ func (q *QP) deliver(pkt wire.Packet, from netip.AddrPort, to netip.Addr, tos ui
 	}
 	if q.typ == qp.UD {
 		fillGRH(&info.GRH, from.Addr(), to, tos, pkt.Len())
-	}
-	if t := d.cfg.Tracer; t != nil {
-		t.TracePacket(false, now, from, netip.AddrPortFrom(to, d.local.Port()), pkt)
 	}
 	q.mu.Lock()
 	if !q.closed {
@@ -160,7 +173,7 @@ func (q *QP) sendCNP(pkt wire.Packet, from netip.AddrPort, now time.Time) {
 		d.stats.cnpSent.Add(1)
 		if t := d.cfg.Tracer; t != nil {
 			if pp, err := wire.Parse(out); err == nil {
-				t.TracePacket(true, now, src, to, pp)
+				t.TracePacket(&TraceRecord{Sent: true, At: now, From: src, To: to, TOS: cnpTOS, Bytes: out, Packet: pp})
 			}
 		}
 		p.flush(tb)

@@ -96,7 +96,8 @@ func (p *port) pump(q *QP, tb *txBatch, now time.Time) (file time.Time) {
 		seal(pkt, netip.AddrPortFrom(d.local.Addr(), p.num), dst, id)
 		if t := d.cfg.Tracer; t != nil {
 			if pp, err := wire.Parse(pkt); err == nil {
-				t.TracePacket(true, now, netip.AddrPortFrom(d.local.Addr(), p.num), dst, pp)
+				t.TracePacket(&TraceRecord{Sent: true, At: now, From: netip.AddrPortFrom(d.local.Addr(), p.num), To: dst,
+					TOS: q.trafficClass(tx), IPID: id, Bytes: pkt, Packet: pp})
 			}
 		}
 	}
