@@ -635,3 +635,35 @@ func TestImpairOneDirection(t *testing.T) {
 		t.Fatalf("drops by sender: %v", froms)
 	}
 }
+
+// Receives posted in INIT, before Connect, take the peer's first SEND; in RESET they are refused.
+func TestInitThenConnect(t *testing.T) {
+	net := goroce.NewMemNetwork()
+	open := func(addr string) (*goroce.PD, *goroce.CQ, *goroce.QP) {
+		d, err := goroce.Open(goroce.Config{Addr: netip.MustParseAddr(addr), Network: net})
+		ok(t, err)
+		t.Cleanup(func() { d.Close() })
+		pd, _ := d.AllocPD()
+		cq, _ := d.CreateCQ(8)
+		q, err := pd.CreateQP(goroce.QPInit{Type: goroce.RC, SendCQ: cq, RecvCQ: cq})
+		ok(t, err)
+		return pd, cq, q
+	}
+	_, cqa, qa := open("10.0.0.1")
+	pdb, cqb, qb := open("10.0.0.2")
+	recv, _ := pdb.AllocMR(64, goroce.LocalWrite)
+	if err := qb.PostRecv(&goroce.RecvWR{SGL: []goroce.SGE{recv.SGE(0, 64)}}); !errors.Is(err, goroce.ErrBadState) {
+		t.Fatalf("PostRecv in RESET: %v", err)
+	}
+	ok(t, qb.Init())
+	ok(t, qb.PostRecv(&goroce.RecvWR{WRID: 5, SGL: []goroce.SGE{recv.SGE(0, 64)}}))
+	ok(t, qa.Connect(qb.Endpoint(), nil))
+	ok(t, qb.Connect(qa.Endpoint(), nil))
+	ok(t, qa.PostSend(&goroce.SendWR{Opcode: goroce.WRSend, Flags: goroce.Inline | goroce.Signaled, InlineData: []byte("first")}))
+	if wc := waitOne(t, cqa); wc.Err() != nil {
+		t.Fatal(wc.Err())
+	}
+	if wc := waitOne(t, cqb); wc.Err() != nil || wc.WRID != 5 || string(recv.Bytes()[:wc.ByteLen]) != "first" {
+		t.Fatalf("%#v", wc)
+	}
+}

@@ -37,7 +37,6 @@ import (
 	"github.com/goroce/goroce/internal/conn"
 	"github.com/goroce/goroce/internal/datapath"
 	"github.com/goroce/goroce/mr"
-	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -265,8 +264,10 @@ func (d *Device) LocalAddr() netip.AddrPort { return d.local }
 // Memory returns the device's memory region table, for code that drives the engines directly.
 func (d *Device) Memory() *mr.Table { return d.mem }
 
-// Close stops the device: every queue pair is flushed (outstanding work requests complete with
-// WR_FLUSH_ERR), the sockets are closed and every goroutine has ended when it returns.
+// Close stops the device and closes everything on it: every queue pair is flushed (outstanding work
+// requests complete with WR_FLUSH_ERR), then its PDs, MRs, CQs and SRQs are closed (their Close
+// returns nil from then on), the sockets are closed, Events is closed, and every goroutine has ended
+// when it returns. Completions already in a CQ can still be polled.
 func (d *Device) Close() error {
 	if d.closing.Swap(true) {
 		return nil
@@ -295,7 +296,7 @@ func (d *Device) untrack(o closer) {
 	d.mu.Unlock()
 }
 
-// Stats are a device's counters: its own, and the sum of its queue pairs' (see qp.Counters for those).
+// Stats are a device's counters: its own, and the sum of its queue pairs' (Counters).
 type Stats struct {
 	RxPackets, RxBytes, TxPackets, TxBytes uint64
 	DropMalformed                          uint64 // failed wire.Parse: truncated, bad opcode, bad lengths
@@ -313,7 +314,7 @@ type Stats struct {
 	DrivenWaits                            uint64 // CQ waits that drove their shard (no hand-off on the way to them)
 	ParkedWaits                            uint64 // CQ waits that parked until another goroutine's completion woke them
 	EventsDropped                          uint64 // asynchronous events lost because nobody read Events
-	QP                                     qp.Counters
+	QP                                     Counters
 }
 
 // Stats returns a snapshot of the device's counters.
@@ -328,7 +329,7 @@ func (d *Device) Stats() Stats {
 		EventsDropped: d.eventsDropped.Load(),
 	}
 	d.dp.QPs(func(q *datapath.QP) {
-		c := q.Counters()
+		c := Counters(q.Counters())
 		out.QP.Add(&c)
 	})
 	return out

@@ -205,13 +205,14 @@ func DefaultConnectOptions() ConnectOptions {
 		MinRNRTimer: 12, RdAtomic: 16}
 }
 
-// Connect moves q from RESET to RTS: an RC or UC QP connected to peer, a UD QP ready to send anywhere
-// (peer is then ignored). opts nil means DefaultConnectOptions.
+// Connect moves q from RESET (or INIT) to RTS: an RC or UC QP connected to peer, a UD QP ready to send
+// anywhere (peer is then ignored: pass Endpoint{}). opts nil means DefaultConnectOptions.
 //
 // Connect both ends before either sends: a packet that reaches a QP before its Connect is dropped
 // (Stats.DropNotReady), and the sender recovers only when its ACK timeout fires. The usual order is
 // the out-of-band exchange of Endpoints, Connect on both sides, then a message saying so (as
-// ibv_rc_pingpong's server and client do).
+// ibv_rc_pingpong's server and client do). A QP in RESET takes no receives: post them after Connect
+// and before saying so, or call Init first and post them before Connect.
 func (q *QP) Connect(peer Endpoint, opts *ConnectOptions) error {
 	o := DefaultConnectOptions()
 	if opts != nil {
@@ -239,3 +240,15 @@ func (q *QP) Connect(peer Endpoint, opts *ConnectOptions) error {
 
 // wireAccess keeps the rights a QP's access flags can hold.
 func wireAccess(a Access) mr.Access { return mr.Access(a &^ LocalWrite) }
+
+// Init moves q from RESET to INIT, where it takes receives but no packets, as ibv_rc_pingpong does
+// before its exchange: receives posted then are ready for the peer's first SEND. Connect takes it on
+// from there.
+func (q *QP) Init() error {
+	a := Attr{State: StateInit}
+	mask := AttrState | AttrAccessFlags
+	if q.typ == UD {
+		mask = AttrState | AttrQKey
+	}
+	return q.Modify(&a, mask)
+}

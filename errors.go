@@ -97,9 +97,9 @@ func postError(err error) error {
 	case errors.Is(err, datapath.ErrClosed):
 		return err
 	case errors.Is(err, qp.ErrQueueFull):
-		return fmt.Errorf("%w (%v)", ErrQueueFull, err)
+		return ErrQueueFull
 	case errors.Is(err, qp.ErrInvalidState):
-		return fmt.Errorf("%w (%v)", ErrBadState, err)
+		return ErrBadState
 	case errors.Is(err, mr.ErrBadKey), errors.Is(err, mr.ErrBounds), errors.Is(err, mr.ErrWrongPD),
 		errors.Is(err, mr.ErrPermission):
 		return fmt.Errorf("%w (%v)", ErrBadSGE, err)

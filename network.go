@@ -11,7 +11,7 @@ import (
 )
 
 // Network is where a device's packets travel (Config.Network): the host's UDP sockets when nil, a
-// *MemNetwork, or the host's sockets with impairments (HostNetwork).
+// *MemNetwork, or the host's sockets with impairments (*ImpairedHost).
 type Network interface {
 	network() conn.Network
 }

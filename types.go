@@ -164,7 +164,9 @@ type CompletionFlags uint8
 
 // Completion flags.
 const (
-	WithGRH CompletionFlags = CompletionFlags(qp.WithGRH) // a UD receive: the buffer starts with the 40-byte GRH
+	// WithGRH: a UD receive's buffer starts with the 40-byte GRH: the IPv6 header, or for IPv4 20 zero
+	// bytes and then the IPv4 header (IBTA Annex A17.4.5.2, as rxe fills it).
+	WithGRH CompletionFlags = CompletionFlags(qp.WithGRH)
 	WithImm CompletionFlags = CompletionFlags(qp.WithImm) // Imm is valid
 	WithInv CompletionFlags = CompletionFlags(qp.WithInv) // InvalidatedRKey is valid
 )
@@ -186,7 +188,7 @@ type AddressHandle struct {
 	HopLimit     uint8
 	FlowLabel    uint32
 	// Port is the UDP port of the destination device, a goroce addition for devices not on
-	// DefaultPort: 0 means the sending device's own port.
+	// DefaultPort (4791), which 0 stands for.
 	Port uint16
 }
 
@@ -207,8 +209,12 @@ type SendWR struct {
 	InvalidateRKey RKey   // the key the peer invalidates, for WRSendInv
 	RemoteAddr     uint64 // RDMA and atomic target address in the peer's region
 	RKey           RKey   // RDMA and atomic target region's key
-	CompareAdd     uint64 // the compare value of a compare-and-swap, the addend of a fetch-and-add
-	Swap           uint64 // the swap value of a compare-and-swap
+	// CompareAdd is the compare value of a compare-and-swap, the addend of a fetch-and-add; Swap the
+	// swap value. The peer's 8 bytes (8-byte aligned) are a uint64 in the host's byte order, as in
+	// libibverbs and rxe, and the value they held before lands in the SGL's 8 bytes the same way: read
+	// it with binary.NativeEndian.
+	CompareAdd uint64
+	Swap       uint64
 
 	// UD only: where the datagram goes.
 	AH         *AddressHandle
@@ -219,7 +225,7 @@ type SendWR struct {
 // RecvWR is a receive work request. It mirrors struct ibv_recv_wr; the SGL is copied when posted.
 type RecvWR struct {
 	WRID uint64 // returned in the completion
-	SGL  []SGE  // where an incoming SEND's data goes; a UD receive starts with 40 bytes of GRH
+	SGL  []SGE  // where an incoming SEND's data goes; a UD receive starts with 40 bytes of GRH (WithGRH)
 }
 
 // Completion is a work completion. It mirrors struct ibv_wc. For an error completion only WRID,
@@ -308,8 +314,53 @@ func attrFrom(a qp.Attr) Attr {
 		MinRNRTimer: a.MinRNRTimer, DestQPN: a.DestQPN}
 }
 
-// Counters are a queue pair's counters, under rxe's names (the `rxe` struct tags; Each walks them).
-type Counters = qp.Counters
+// Counters are a queue pair's statistics (QP.Counters; Stats.QP sums them over a device). Where rxe has
+// a hardware counter for the same event (drivers/infiniband/sw/rxe/rxe_hw_counters.c, shown by
+// `rdma statistic`), the field's tag says its name, and Each reports those names.
+type Counters struct {
+	SentPkts            uint64 `rxe:"sent_pkts"`
+	RcvdPkts            uint64 `rxe:"rcvd_pkts"`
+	DuplicateRequest    uint64 `rxe:"duplicate_request"`      // responder: requests behind the expected PSN
+	OutOfSeqRequest     uint64 `rxe:"out_of_seq_request"`     // responder: requests ahead of the expected PSN
+	RcvdRNRErr          uint64 `rxe:"rcvd_rnr_err"`           // requester: RNR NAKs received
+	SendRNRErr          uint64 `rxe:"send_rnr_err"`           // responder: RNR NAKs sent
+	RcvdSeqErr          uint64 `rxe:"rcvd_seq_err"`           // requester: PSN sequence error NAKs received
+	CompleterRetryErr   uint64 `rxe:"completer_retry_err"`    // requester: go-back-N retransmissions started
+	RetryExceededErr    uint64 `rxe:"retry_exceeded_err"`     // requester: retry_cnt ran out
+	RetryRNRExceededErr uint64 `rxe:"retry_rnr_exceeded_err"` // requester: rnr_retry ran out
+	AckDeferred         uint64 `rxe:"ack_deferred"`           // responder: in-order requests without AckReq
+	SendErr             uint64 `rxe:"send_err"`               // requester: requests failed before the wire
+
+	Timeouts      uint64    // local ACK timeouts that started a retransmission
+	RetryIgnored  uint64    // NAKs and implied NAKs that arrived while a retry was already under way
+	CQOverflow    uint64    // completions lost to a full CQ
+	InvalidateErr uint64    // SEND_WITH_INV naming a key that could not be invalidated
+	FatalNAKs     uint64    // NAKs sent that ended the connection
+	NAKsSent      [8]uint64 // NAKs sent, by NAK code (PSN sequence error, invalid request, ...)
+	RcvdCE        uint64    // packets that arrived marked Congestion Experienced
+	RcvdCNP       uint64    // congestion notification packets received
+
+	Dropped               uint64 // every packet dropped, whatever the reason below
+	DropState             uint64 // the QP's state does not take the packet
+	DropWrongTransport    uint64 // an opcode of another service than the QP's
+	DropPKey              uint64 // P_Key mismatch
+	DropGhostResponse     uint64 // a response for a PSN never sent
+	DropStaleResponse     uint64 // a response for a PSN already acknowledged
+	DropBadResponse       uint64 // a response of the wrong kind for what is outstanding
+	DropResponseQueueFull uint64 // a request that would queue more responses than the ring holds
+	DropDuplicate         uint64 // a duplicate with nothing to answer it with
+	DropUCMessage         uint64 // UC packets of a message lost to a gap or an error
+	DropNoRecv            uint64 // UC or UD messages with no receive posted
+	DropQKey              uint64 // UD Q_Key mismatch
+	DropRecvTooSmall      uint64 // UD datagrams larger than the posted receive
+}
+
+// Each calls fn with every counter's name and value: rxe's name where it has one, the Go field name
+// (and the NAK code for NAKsSent) otherwise.
+func (c *Counters) Each(fn func(name string, v uint64)) { (*qp.Counters)(c).Each(fn) }
+
+// Add adds o's counts to c.
+func (c *Counters) Add(o *Counters) { (*qp.Counters)(c).Add((*qp.Counters)(o)) }
 
 // maxStackSGEs is how many SGEs a work request converts without allocating.
 const maxStackSGEs = 8

@@ -455,7 +455,7 @@ func (q *QP) Query() Attr { return attrFrom(q.dq.Query()) }
 func (q *QP) State() QPState { return QPState(q.dq.State()) }
 
 // Counters returns the QP's counters.
-func (q *QP) Counters() Counters { return q.dq.Counters() }
+func (q *QP) Counters() Counters { return Counters(q.dq.Counters()) }
 
 // PostError is the error of a post that failed part way: the work requests before Index were posted,
 // the one at Index and those after were not (ibv_post_send's bad_wr). It unwraps to the reason, one of
@@ -465,7 +465,7 @@ type PostError struct {
 	Err   error
 }
 
-func (e *PostError) Error() string { return fmt.Sprintf("work request %d: %v", e.Index, e.Err) }
+func (e *PostError) Error() string { return fmt.Sprintf("%v (work request %d)", e.Err, e.Index) }
 
 // Unwrap returns the reason.
 func (e *PostError) Unwrap() error { return e.Err }
@@ -491,11 +491,19 @@ func (q *QP) PostSend(wrs ...*SendWR) error {
 			if i > 0 {
 				q.dq.Flush()
 			}
-			return &PostError{Index: i, Err: postError(err)}
+			return &PostError{Index: i, Err: q.postError(err)}
 		}
 	}
 	q.dq.Flush()
 	return nil
+}
+
+// postError is postError with the QP's state named when it is the reason.
+func (q *QP) postError(err error) error {
+	if err = postError(err); err == ErrBadState {
+		return fmt.Errorf("%w: the QP is in %v", ErrBadState, q.State())
+	}
+	return err
 }
 
 // checkSendSGL checks a send request's SGEs against the QP's protection domain: the data sent, or the
@@ -524,10 +532,10 @@ func (q *QP) PostRecv(wrs ...*RecvWR) error {
 		var sgl [maxStackSGEs]mr.SGE
 		e := qp.RecvWR{ID: wr.WRID, SGL: engineSGL(wr.SGL, &sgl)}
 		if err := q.dev.mem.CheckSGL(q.pd.pd, e.SGL, mr.LocalWrite); err != nil {
-			return &PostError{Index: i, Err: postError(err)}
+			return &PostError{Index: i, Err: q.postError(err)}
 		}
 		if err := q.dq.PostRecv(&e); err != nil {
-			return &PostError{Index: i, Err: postError(err)}
+			return &PostError{Index: i, Err: q.postError(err)}
 		}
 	}
 	return nil

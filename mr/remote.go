@@ -21,7 +21,9 @@ func (t *Table) WriteRemote(pd *PD, key wire.RKey, va uint64, src []byte) error 
 	if r == nil {
 		return err
 	}
+	r.race.lock()
 	copy(r.buf[off:], src)
+	r.race.unlock()
 	r.mu.RUnlock()
 	return nil
 }
@@ -33,7 +35,9 @@ func (t *Table) ReadRemote(pd *PD, key wire.RKey, va uint64, dst []byte) error {
 	if r == nil {
 		return err
 	}
+	r.race.lock()
 	copy(dst, r.buf[off:])
+	r.race.unlock()
 	r.mu.RUnlock()
 	return nil
 }
@@ -46,7 +50,9 @@ func (t *Table) CompareSwap(pd *PD, key wire.RKey, va, compare, swap uint64) (ui
 	if r == nil {
 		return 0, err
 	}
+	r.race.lock()
 	orig := compareSwap(r.buf[off:off+atomicSize], compare, swap)
+	r.race.unlock()
 	r.mu.RUnlock()
 	return orig, nil
 }
@@ -58,7 +64,9 @@ func (t *Table) FetchAdd(pd *PD, key wire.RKey, va, add uint64) (uint64, error) 
 	if r == nil {
 		return 0, err
 	}
+	r.race.lock()
 	orig := fetchAdd(r.buf[off:off+atomicSize], add)
+	r.race.unlock()
 	r.mu.RUnlock()
 	return orig, nil
 }

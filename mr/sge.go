@@ -74,11 +74,13 @@ func (t *Table) sg(pd *PD, sgl []SGE, offset uint64, b []byte, want Access) erro
 		if err != nil {
 			return err
 		}
+		r.race.lock()
 		if want == 0 {
 			copy(b, r.buf[off:off+int(n)])
 		} else {
 			copy(r.buf[off:off+int(n)], b)
 		}
+		r.race.unlock()
 		r.mu.RUnlock()
 		b = b[n:]
 		offset = 0

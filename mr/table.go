@@ -130,6 +130,7 @@ type Region struct {
 	// Deregister, LocalInvalidate, RemoteInvalidate and Revalidate, so that when those return no access
 	// through the old keys is in flight and none can start.
 	mu    sync.RWMutex
+	race  raceGuard // serializes the device's accesses under the race detector (race.go)
 	state regionState
 	lkey  wire.LKey
 	rkey  wire.RKey

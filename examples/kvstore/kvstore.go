@@ -61,13 +61,6 @@
 // The server's NIC runs atomics on the version word as a number in its own byte order, and a client's
 // NIC returns an atomic's original value in the client's. The server tells each client its order, and
 // clients decode the version words they READ with it. The other fields are little-endian.
-//
-// # Testing with the race detector
-//
-// goroce copies a region's bytes for the READs and WRITEs of different queue pairs on the device's
-// shard goroutines without synchronizing them, as a NIC would; that is the concurrency the seqlock is
-// for, but the race detector reports it. A test with several clients under -race opens the server's
-// device with Config.Shards = 1, so that one goroutine touches the table.
 package kvstore
 
 import (

@@ -23,12 +23,11 @@ type cluster struct {
 	hosts  int
 }
 
-// newCluster starts a server with cfg. Its device has one shard: see the package doc on the race
-// detector.
+// newCluster starts a server with cfg.
 func newCluster(t *testing.T, cfg Config) *cluster {
 	t.Helper()
 	cl := &cluster{net: goroce.NewMemNetwork()}
-	dev, err := goroce.Open(goroce.Config{Addr: netip.MustParseAddr("10.0.0.1"), Network: cl.net, Shards: 1})
+	dev, err := goroce.Open(goroce.Config{Addr: netip.MustParseAddr("10.0.0.1"), Network: cl.net})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -191,7 +191,7 @@ func (q *QP) Connect(p *qp.ConnectParams, peer netip.AddrPort) error {
 func (q *QP) setPeer(a netip.AddrPort) {
 	p := netip.AddrPortFrom(q.d.scoped(a.Addr().Unmap()), a.Port())
 	if p.Port() == 0 {
-		p = netip.AddrPortFrom(p.Addr(), q.d.local.Port())
+		p = netip.AddrPortFrom(p.Addr(), wire.UDPPort)
 	}
 	q.peer.Store(&p)
 	q.peerGSO.Store(0)

@@ -219,13 +219,13 @@ func (s *shard) pumpAll(qs []*QP, now time.Time) {
 }
 
 // destination returns where a packet the engine produced goes: the QP's peer, or for UD the address
-// handle's GID and port (the device's own unless set).
+// handle's GID and port (the RoCEv2 port unless set).
 func (q *QP) destination(tx qp.Tx) (netip.AddrPort, bool) {
 	if q.typ == qp.UD {
 		a := q.d.scoped(netip.AddrFrom16(tx.AH.DGID).Unmap())
 		port := tx.AH.Port
 		if port == 0 {
-			port = q.d.local.Port()
+			port = wire.UDPPort
 		}
 		return netip.AddrPortFrom(a, port), a.IsValid() && !a.IsUnspecified()
 	}
