@@ -70,7 +70,7 @@ func runDCQCNFairness(p Params) (*Result, error) {
 		p.Duration = time.Duration(p.Flows-1)*p.Stagger + fairnessSettle
 	}
 	hc := p.dcqcnSetup()
-	s := New(p.Seed)
+	s := p.newSim()
 	t := Dumbbell(s, p.Flows, p.link(), p.link(), p.switchCfg(), hc)
 	var pairs [][2]*Host
 	for i := 0; i < p.Flows; i++ {
@@ -89,7 +89,7 @@ func runDCQCNFairness(p Params) (*Result, error) {
 // starting at once.
 func runDCQCNIncast(p Params) (*Result, error) {
 	hc := p.dcqcnSetup()
-	s := New(p.Seed)
+	s := p.newSim()
 	t := Incast(s, p.Flows, p.link(), p.switchCfg(), hc)
 	var pairs [][2]*Host
 	for i := 0; i < p.Flows; i++ {
@@ -142,7 +142,7 @@ func runDCQCNVictim(p Params) (*Result, error) {
 		return nil, fmt.Errorf("sim: dcqcn-victim needs at least two hot flows")
 	}
 	hc := p.dcqcnSetup()
-	s := New(p.Seed)
+	s := p.newSim()
 	hotA := p.Flows / 2
 	hotB := p.Flows - hotA
 	t := Victim(s, hotA, hotB, p.link(), p.switchCfg(), hc)

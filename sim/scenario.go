@@ -39,6 +39,10 @@ type Params struct {
 
 	Packets int           // ladder: packets to draw
 	Sample  time.Duration // recorder interval; 0 picks Duration/400
+
+	// Tracer, if set, sees every packet event of the run (Sim.SetTracer), from before the scenario
+	// builds its network: "goroce sim run -w" captures a run with it.
+	Tracer func(*TraceEvent)
 }
 
 // Scenario is a named experiment.
@@ -127,6 +131,13 @@ func RunScenario(name string, p Params) (*Result, error) {
 	return nil, fmt.Errorf("sim: unknown scenario %q", name)
 }
 
+// newSim returns the run's simulator, with the run's tracer installed.
+func (p *Params) newSim() *Sim {
+	s := New(p.Seed)
+	s.SetTracer(p.Tracer)
+	return s
+}
+
 func (p *Params) link() LinkConfig {
 	return LinkConfig{Rate: int64(p.Rate * 1e9), Delay: p.Delay}
 }
@@ -182,7 +193,7 @@ func runFlows(s *Sim, p Params, t *Topology, pairs [][2]*Host) (*Result, error) 
 }
 
 func runBackToBack(p Params) (*Result, error) {
-	s := New(p.Seed)
+	s := p.newSim()
 	l := p.link()
 	l.Faults = p.faults()
 	t := BackToBack(s, l, HostConfig{})
@@ -194,7 +205,7 @@ func runBackToBack(p Params) (*Result, error) {
 }
 
 func runDumbbell(p Params) (*Result, error) {
-	s := New(p.Seed)
+	s := p.newSim()
 	mid := p.link()
 	mid.Faults = p.faults()
 	t := Dumbbell(s, p.Flows, p.link(), mid, p.switchCfg(), HostConfig{})
@@ -206,7 +217,7 @@ func runDumbbell(p Params) (*Result, error) {
 }
 
 func runIncast(p Params) (*Result, error) {
-	s := New(p.Seed)
+	s := p.newSim()
 	l := p.link()
 	l.Faults = p.faults()
 	t := Incast(s, p.Flows, l, p.switchCfg(), HostConfig{})
@@ -218,7 +229,7 @@ func runIncast(p Params) (*Result, error) {
 }
 
 func runLeafSpine(p Params) (*Result, error) {
-	s := New(p.Seed)
+	s := p.newSim()
 	l := p.link()
 	l.Faults = p.faults()
 	t := LeafSpine(s, p.Leaves, p.Spines, p.HostsPerLeaf, l, l, p.switchCfg(), HostConfig{})
@@ -236,7 +247,7 @@ func runLeafSpine(p Params) (*Result, error) {
 }
 
 func runLadder(p Params) (*Result, error) {
-	s := New(p.Seed)
+	s := p.newSim()
 	l := p.link()
 	l.Faults = p.faults()
 	t := BackToBack(s, l, HostConfig{})

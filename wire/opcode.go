@@ -276,6 +276,9 @@ func (o Opcode) String() string {
 	if !i.valid {
 		return fmt.Sprintf("Opcode(%#02x)", uint8(o))
 	}
+	if i.Transport == TransportCNP {
+		return i.Name // the CNP is a transport of one opcode: "CNP", as Wireshark names it
+	}
 	return i.Transport.String() + " " + i.Name
 }
 

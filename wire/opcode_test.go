@@ -92,7 +92,7 @@ func TestOpcodeNamesAndLayouts(t *testing.T) {
 		{RCFlush, "RC FLUSH", 12 + 4 + 16, PosOnly, false},
 		{UCWriteLastImm, "UC RDMA_WRITE_LAST_WITH_IMMEDIATE", 16, PosLast, true},
 		{UDSendOnlyImm, "UD SEND_ONLY_WITH_IMMEDIATE", 12 + 8 + 4, PosOnly, true},
-		{CNP, "CNP CNP", 28, PosOnly, false},
+		{CNP, "CNP", 28, PosOnly, false}, // as Wireshark names it, not "CNP CNP"
 	} {
 		i := tc.op.Info()
 		if tc.op.String() != tc.name || int(i.HeaderLen) != tc.headerLen || i.Pos != tc.pos || i.Payload != tc.payload {

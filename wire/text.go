@@ -12,8 +12,10 @@ import "strconv"
 func (p Packet) AppendText(dst []byte) []byte {
 	b := p.BTH()
 	i := p.info
-	dst = append(dst, i.Transport.String()...)
-	dst = append(dst, ' ')
+	if i.Transport != TransportCNP { // "CNP", not "CNP CNP": see Opcode.String
+		dst = append(dst, i.Transport.String()...)
+		dst = append(dst, ' ')
+	}
 	dst = append(dst, i.Name...)
 	dst = appendHex(append(dst, " qp="...), uint64(b.DestQP()), 6)
 	dst = appendHex(append(dst, " psn="...), uint64(b.PSN()), 6)

@@ -21,6 +21,8 @@ func TestPacketText(t *testing.T) {
 			"RC COMPARE_SWAP qp=0x000001 psn=0x000000 va=0x8 rkey=0x00000001 compare=0x2 swap=0x3"},
 		{Fields{BTH: BTHFields{Opcode: UDSendOnlyImm, DestQP: 1, SolicitedEvent: true}, DETH: DETHFields{QKey: GSIQKey, SrcQP: 1}, Imm: 9}, 3,
 			"UD SEND_ONLY_WITH_IMMEDIATE qp=0x000001 psn=0x000000 se qkey=0x80010000 src-qp=0x000001 imm=0x00000009 payload=3"},
+		{Fields{BTH: BTHFields{Opcode: CNP, DestQP: 0x11, BECN: true}}, 0,
+			"CNP qp=0x000011 psn=0x000000 becn"}, // Wireshark's name, not "CNP CNP"
 	} {
 		b, err := Append(nil, &tc.f, make([]byte, tc.payload))
 		if err != nil {

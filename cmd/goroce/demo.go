@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce"
+	"github.com/goroce/goroce/interop/capture"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -27,6 +28,7 @@ type demoOptions struct {
 	loss  float64
 	seed  uint64
 	quiet bool
+	write string // a pcapng file to capture the packets in
 }
 
 func runDemo(args []string) error {
@@ -37,14 +39,15 @@ func runDemo(args []string) error {
 	loss := fs.Float64("loss", 0, "percentage of packets each device drops on send, to watch recovery")
 	seed := fs.Uint64("seed", 0, "seed for -loss (0 picks one and prints it)")
 	quiet := fs.Bool("q", false, "do not trace packets, print only the outcome")
+	write := fs.String("w", "", "write the packets to `FILE`, pcapng, as tcpdump -w does (for Wireshark, tshark and goroce dump), the lost ones marked")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: goroce demo [-a addr] [-b addr] [-mtu n] [-loss percent] [-seed n] [-q]")
+		fmt.Fprintln(fs.Output(), "usage: goroce demo [-a addr] [-b addr] [-mtu n] [-loss percent] [-seed n] [-q] [-w file.pcapng]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	o := demoOptions{mtu: *mtu, loss: *loss, seed: *seed, quiet: *quiet}
+	o := demoOptions{mtu: *mtu, loss: *loss, seed: *seed, quiet: *quiet, write: *write}
 	var err error
 	if o.a, err = netip.ParseAddr(*a); err != nil {
 		return fmt.Errorf("-a: %v", err)
@@ -119,15 +122,40 @@ func (p *tracePrinter) Completion(at time.Time, wc goroce.Completion) {
 	fmt.Fprintln(p.w)
 }
 
-func demo(w io.Writer, o demoOptions) error {
+func demo(w io.Writer, o demoOptions) (err error) {
 	mtu, ok := wire.MTUFromBytes(o.mtu)
 	if !ok {
 		return fmt.Errorf("-mtu %d: not an InfiniBand MTU", o.mtu)
 	}
 	tp := &tracePrinter{w: w, start: time.Now(), quiet: o.quiet, names: map[netip.Addr]string{}}
+	var tracer goroce.Tracer = tp
+	lost := tp.lost
+	if o.write != "" {
+		// Both devices into one file, each packet once; the loss callback marks the packets the
+		// impaired host drops. Deferred first, so it runs after the devices have closed.
+		cw, err := capture.Create(o.write, nil)
+		if err != nil {
+			return fmt.Errorf("-w: %w", err)
+		}
+		defer func() {
+			if cerr := cw.Close(); cerr != nil {
+				if err == nil {
+					err = fmt.Errorf("-w %s: %w", o.write, cerr)
+				}
+				return
+			}
+			fmt.Fprintf(w, "\nwrote %d packets to %s (goroce dump %s)\n", cw.Packets(), o.write, o.write)
+		}()
+		ct := cw.Tracer(tp)
+		tracer = ct
+		lost = func(b []byte, from, to netip.AddrPort) {
+			ct.Lost(b, from, to)
+			tp.lost(b, from, to)
+		}
+	}
 	var network goroce.Network
 	if o.loss > 0 {
-		h, err := goroce.NewImpairedHost(goroce.Impairment{Loss: o.loss / 100, Seed: o.seed, Dropped: tp.lost})
+		h, err := goroce.NewImpairedHost(goroce.Impairment{Loss: o.loss / 100, Seed: o.seed, Dropped: lost})
 		if err != nil {
 			return err
 		}
@@ -135,7 +163,7 @@ func demo(w io.Writer, o demoOptions) error {
 	}
 	open := func(addr netip.Addr, name string) (*goroce.Device, error) {
 		tp.names[addr] = name
-		cfg := goroce.Config{Addr: addr, Port: goroce.DefaultPort, Tracer: tp, Network: network}
+		cfg := goroce.Config{Addr: addr, Port: goroce.DefaultPort, Tracer: tracer, Network: network}
 		d, err := goroce.Open(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("device %s: %w", name, err)

@@ -2,17 +2,20 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
 
+	"github.com/goroce/goroce/interop/capture"
 	_ "github.com/goroce/goroce/wire/iblayer" // registers the RoCEv2 layers on UDP port 4791
 )
 
@@ -21,7 +24,9 @@ const dumpUsage = `usage: goroce dump [-v] [-qp] FILE.pcap...
 Decodes RoCEv2 captures (pcap or pcapng; Ethernet, Linux cooked or raw IP; IPv4 and IPv6): one line per
 packet with the InfiniBand transport headers in words and the ICRC checked, the management datagrams
 (RDMA CM) sent to QP1, the TCP out-of-band exchange of ibv_rc_pingpong and perftest on port 18515, then a
-summary per QP flow. Exits 0 when every RoCEv2 packet decoded whole and its ICRC verified, 1 otherwise.
+summary per QP flow. A pcapng packet's comments end its line in brackets: goroce's own captures (-w)
+say there what befell a packet, "[lost: injected loss]", "[dropped: bad ICRC]". Exits 0 when every
+RoCEv2 packet decoded whole and its ICRC verified, 1 otherwise.
 
 flags:
 `
@@ -84,15 +89,16 @@ func dump(w io.Writer, o dumpOptions, files ...string) (counts, bool) {
 type dumper struct {
 	w     io.Writer
 	opts  dumpOptions
-	cur   *capture // the file being read
-	total counts   // over all files
+	cur   *captureFile // the file being read
+	total counts       // over all files
 	files int
+	note  string // the comments of the packet being decoded
 }
 
 func newDumper(w io.Writer, o dumpOptions) *dumper { return &dumper{w: w, opts: o} }
 
-// capture is the state of one capture file: its clock origin, flows and TCP streams.
-type capture struct {
+// captureFile is the state of one capture file: its clock origin, flows and TCP streams.
+type captureFile struct {
 	name   string
 	start  time.Time
 	counts counts
@@ -126,7 +132,7 @@ func (c *counts) add(o counts) {
 // ok reports whether every RoCEv2 packet decoded whole and verified.
 func (c *counts) ok() bool { return c.icrcBad == 0 && c.malformed == 0 && c.truncated == 0 }
 
-// packetSource is what pcapgo's pcap and pcapng readers have in common.
+// packetSource is what the pcap and pcapng readers have in common.
 type packetSource interface {
 	ReadPacketData() ([]byte, gopacket.CaptureInfo, error)
 	LinkType() layers.LinkType
@@ -140,12 +146,36 @@ func openCapture(r io.Reader) (packetSource, string, error) {
 		return nil, "", fmt.Errorf("not a capture file: %w", err)
 	}
 	if string(magic) == "\x0a\x0d\x0d\x0a" {
-		ng, err := pcapgo.NewNgReader(br, pcapgo.DefaultNgReaderOptions)
-		return ng, "pcapng", err
+		ng, err := capture.NewReader(br)
+		if err != nil {
+			return nil, "pcapng", err
+		}
+		return &ngSource{r: ng}, "pcapng", nil
 	}
 	pr, err := pcapgo.NewReader(br)
 	return pr, "pcap", err
 }
+
+// ngSource reads pcapng files with capture.Reader, which, unlike pcapgo's reader, keeps each packet's
+// comments and reads packets of every interface, whatever its link type.
+type ngSource struct {
+	r   *capture.Reader
+	rec *capture.Record // the last packet read
+}
+
+func (s *ngSource) ReadPacketData() ([]byte, gopacket.CaptureInfo, error) {
+	rec, err := s.r.Next()
+	if err != nil {
+		return nil, gopacket.CaptureInfo{}, err
+	}
+	s.rec = rec
+	data := bytes.Clone(rec.Data) // the Reader reuses its buffer; callers may keep packets
+	return data, gopacket.CaptureInfo{Timestamp: rec.At, CaptureLength: len(data), Length: rec.Length,
+		InterfaceIndex: rec.Interface}, nil
+}
+
+// LinkType returns the link type of the file's first interface.
+func (s *ngSource) LinkType() layers.LinkType { return layers.LinkType(s.r.LinkType()) }
 
 // dumpFile decodes one capture file and prints its packets and its summary.
 func (d *dumper) dumpFile(name string) error {
@@ -163,7 +193,7 @@ func (d *dumper) dumpFile(name string) error {
 	}
 	d.files++
 	fmt.Fprintf(d.w, "# %s: %s, link type %v\n", name, format, src.LinkType())
-	d.cur = &capture{name: name, flows: newFlowTable(), tcp: map[tcpKey]uint32{}}
+	d.cur = &captureFile{name: name, flows: newFlowTable(), tcp: map[tcpKey]uint32{}}
 	var readErr error
 	for n := 1; ; n++ {
 		data, ci, err := src.ReadPacketData()
@@ -174,19 +204,22 @@ func (d *dumper) dumpFile(name string) error {
 			readErr = fmt.Errorf("packet %d: %w", n, err)
 			break
 		}
-		d.packet(n, ci, data, linkDecoder(src, ci))
+		d.note = ""
+		if ng, ok := src.(*ngSource); ok {
+			d.note = strings.Join(ng.rec.Comments, "; ")
+		}
+		d.packet(n, ci, data, linkDecoder(src))
 	}
 	d.summary()
 	d.total.add(d.cur.counts)
 	return readErr
 }
 
-// linkDecoder returns the decoder of a packet's link layer; pcapng files name it per interface.
-func linkDecoder(src packetSource, ci gopacket.CaptureInfo) gopacket.Decoder {
-	if ng, ok := src.(*pcapgo.NgReader); ok {
-		if intf, err := ng.Interface(ci.InterfaceIndex); err == nil {
-			return intf.LinkType
-		}
+// linkDecoder returns the decoder of the link layer of the packet src read last; pcapng files name it
+// per interface.
+func linkDecoder(src packetSource) gopacket.Decoder {
+	if ng, ok := src.(*ngSource); ok {
+		return layers.LinkType(ng.rec.LinkType)
 	}
 	return src.LinkType()
 }

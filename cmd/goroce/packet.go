@@ -72,6 +72,9 @@ func (d *dumper) packet(n int, ci gopacket.CaptureInfo, data []byte, dec gopacke
 			l.word(cut)
 		}
 	}
+	if d.note != "" {
+		l.word("[" + d.note + "]")
+	}
 	if d.opts.qpOnly {
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goroce/goroce/interop/capture"
 	"github.com/goroce/goroce/sim"
 )
 
@@ -20,12 +21,13 @@ func init() {
 
 func simUsage(w io.Writer) {
 	fmt.Fprintln(w, `usage: goroce sim list
-       goroce sim run NAME [flags] [-out DIR]
+       goroce sim run NAME [flags] [-out DIR] [-w FILE.pcapng]
        goroce sim replay -seed N [-trace]
 
 run writes summary.csv, timeseries.csv, throughput.svg and queue.svg (ladder.svg for the ladder
 scenario; rate.svg and report.csv for the dcqcn-* scenarios, with -dcqcn both in DIR/off and DIR/on and
-a side-by-side report.csv in DIR) to -out and prints a summary table; "goroce sim run NAME -h" lists the flags. replay reruns
+a side-by-side report.csv in DIR) to -out and prints a summary table; -w writes every packet to a pcapng
+file in virtual time, the lost, dropped and marked ones marked; "goroce sim run NAME -h" lists the flags. replay reruns
 one seed of the fault campaign (go test ./sim -run TestCampaign) and, with -trace, prints every packet.`)
 }
 
@@ -106,6 +108,7 @@ func runSimScenario(name string, args []string) error {
 	}
 	fs.StringVar(&dcqcn, "dcqcn", dcqcn, "dcqcn-* scenarios: on, off, or both (two runs side by side, in DIR/off and DIR/on)")
 	out := fs.String("out", "", "directory for CSV and SVG files (created); none written if empty")
+	write := fs.String("w", "", "write the run's packets to `FILE`, pcapng, stamped in virtual time from 1970-01-01 (with -dcqcn both: FILE with -off and -on before its extension)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
@@ -123,7 +126,7 @@ func runSimScenario(name string, args []string) error {
 	w := bufio.NewWriter(os.Stdout)
 	defer w.Flush()
 	if !strings.HasPrefix(name, "dcqcn-") {
-		_, err := runOneScenario(w, name, p, *out)
+		_, err := runOneScenario(w, name, p, *out, *write)
 		return err
 	}
 	var reps []*sim.DCQCNReport
@@ -134,7 +137,12 @@ func runSimScenario(name string, args []string) error {
 			dir = filepath.Join(dir, map[bool]string{false: "off", true: "on"}[on])
 		}
 		fmt.Fprintf(w, "=== DCQCN %s ===\n", map[bool]string{false: "off", true: "on"}[on])
-		r, err := runOneScenario(w, name, p, dir)
+		file := *write
+		if file != "" && len(modes) > 1 {
+			ext := filepath.Ext(file)
+			file = strings.TrimSuffix(file, ext) + map[bool]string{false: "-off", true: "-on"}[on] + ext
+		}
+		r, err := runOneScenario(w, name, p, dir, file)
 		if err != nil {
 			return err
 		}
@@ -157,11 +165,27 @@ func runSimScenario(name string, args []string) error {
 	return nil
 }
 
-// runOneScenario runs one scenario, prints its summary and writes its files to out, if set.
-func runOneScenario(w io.Writer, name string, p sim.Params, out string) (*sim.Result, error) {
+// runOneScenario runs one scenario, prints its summary and writes its files to out, if set, and its
+// packets to the pcapng file pcap, if set.
+func runOneScenario(w io.Writer, name string, p sim.Params, out, pcap string) (*sim.Result, error) {
+	var cw *capture.Writer
+	if pcap != "" {
+		var err error
+		if cw, err = capture.Create(pcap, nil); err != nil {
+			return nil, fmt.Errorf("-w: %w", err)
+		}
+		defer cw.Close() // after an error; the run's end closes it below
+		p.Tracer = cw.SimTracer(time.Time{}, p.Tracer)
+	}
 	r, err := sim.RunScenario(name, p)
 	if err != nil {
 		return nil, err
+	}
+	if cw != nil {
+		if err := cw.Close(); err != nil {
+			return nil, fmt.Errorf("-w %s: %w", pcap, err)
+		}
+		defer fmt.Fprintf(w, "wrote %d packets to %s\n", cw.Packets(), pcap)
 	}
 	s := r.Sim
 	fmt.Fprintf(w, "scenario %s, seed %d: %v simulated, %d events in %v (%.2fM events/s)\n\n", name, p.Seed,
