@@ -87,6 +87,10 @@ type Config struct {
 	// them nothing, while a request-reply exchange saves a packet's worth of system calls and wake-ups
 	// each way. See qp.Config.AckDelay.
 	AckDelay time.Duration
+	// NoTailProbe turns off the RC requester's tail-loss probe (see qp.Config.TailProbe): with it, a
+	// lost last packet or a lost ACK costs about two round trips (at least 1 ms) instead of the local
+	// ACK timeout; without it goroce waits for the timeout, as rxe does.
+	NoTailProbe bool
 	// CNPInterval is the notification point's minimum gap between CNPs to one flow: 50 us unless set.
 	// DCQCN paper section 3.2.
 	CNPInterval time.Duration

@@ -332,6 +332,8 @@ type Counters struct {
 	SendErr             uint64 `rxe:"send_err"`               // requester: requests failed before the wire
 
 	Timeouts      uint64    // local ACK timeouts that started a retransmission
+	TailProbes    uint64    // tail-loss probes sent (Config.TailProbe)
+	ProbeRetries  uint64    // go-back-N resends a probe's answer started
 	RetryIgnored  uint64    // NAKs and implied NAKs that arrived while a retry was already under way
 	CQOverflow    uint64    // completions lost to a full CQ
 	InvalidateErr uint64    // SEND_WITH_INV naming a key that could not be invalidated

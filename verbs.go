@@ -405,7 +405,8 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 	}
 	dc.Engine = qp.Config{Type: qp.Type(init.Type), PD: pd.pd, Memory: d.mem,
 		MaxSendWR: init.MaxSendWR, MaxRecvWR: init.MaxRecvWR, MaxSendSGE: init.MaxSendSGE, MaxRecvSGE: init.MaxRecvSGE,
-		MaxInlineData: init.MaxInlineData, SigAll: init.SigAll, Pacer: init.Pacer, AckDelay: d.cfg.AckDelay}
+		MaxInlineData: init.MaxInlineData, SigAll: init.SigAll, Pacer: init.Pacer, AckDelay: d.cfg.AckDelay,
+		TailProbe: !d.cfg.NoTailProbe}
 	if init.SRQ != nil {
 		dc.Engine.SRQ = init.SRQ.srq
 	}

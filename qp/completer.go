@@ -21,16 +21,88 @@ type completer struct {
 	// clears, further NAKs and implied NAKs (typically the many duplicate ACKs a go-back-N resend
 	// draws) start no new retry; only the timer does. rxe_comp.c comp.started_retry.
 	retrying bool
+
+	// The tail-loss probe (Config.TailProbe): probeAt is when it is due, zero when none is armed;
+	// probed says one went for the current tail (another waits for progress); probeDue asks
+	// AppendPacket to send it.
+	probeAt  time.Time
+	probed   bool
+	probeDue bool
+	// probeOut says a probe is out and its answer not yet in; probeHigh is the highest PSN sent when
+	// it left. An answer that acknowledges less than probeHigh says the rest was lost.
+	probeOut  bool
+	probeHigh wire.PSN
+	// The round-trip estimate the probe waits for: srtt is smoothed over samples, one at a time, each
+	// the wait for the ACK of a packet with AckReq (rttPSN, sent at rttSent). A retry voids the sample
+	// in flight (Karn's rule).
+	srtt    time.Duration
+	rttvar  time.Duration
+	rttPSN  wire.PSN
+	rttSent time.Time
+	rttOn   bool
+	// timedOut is set by a go-back-N that a timeout started and cleared by one a NAK started. After a
+	// NAK the responder has discarded every copy from the NAKed PSN on, so the resent packets are the
+	// ones it answers and may be timed; after a timeout nobody knows which copy an ACK answers.
+	timedOut bool
 }
 
 func (c *completer) stopTimers() {
-	c.timer, c.rnrUntil = time.Time{}, time.Time{}
-	c.retrying = false
+	c.timer, c.rnrUntil, c.probeAt = time.Time{}, time.Time{}, time.Time{}
+	c.retrying, c.probeDue = false, false
+}
+
+// probeTimeout returns how long after the last packet the tail-loss probe waits: twice the smoothed
+// round trip, or the smoothed round trip and four times its variation if that is longer (RFC 6298's
+// retransmission timeout), at least MinProbe; 0 when the probe is off, the local ACK timer is off (timeout 0 waits
+// forever), no round trip has been measured yet, or the probe would not come well before the timeout.
+func (c *completer) probeTimeout(q *QP) time.Duration {
+	if !q.cfg.TailProbe || q.typ != RC || q.attr.Timeout == 0 {
+		return 0
+	}
+	if c.srtt == 0 {
+		return 0 // no round trip measured yet: nothing tells a lost tail from a slow path
+	}
+	pto := max(2*c.srtt, c.srtt+4*c.rttvar, q.cfg.MinProbe)
+	if pto >= ackTimeout(q.attr.Timeout)/2 {
+		return 0
+	}
+	return pto
+}
+
+// armProbe (re)starts the probe timer after a packet left at now, unless a probe already went for
+// this tail.
+func (c *completer) armProbe(q *QP, now time.Time) {
+	if c.probed {
+		return
+	}
+	if pto := c.probeTimeout(q); pto > 0 {
+		c.probeAt = now.Add(pto)
+	}
+}
+
+// sampleRTT takes a round-trip sample when the packet being timed is acknowledged.
+func (c *completer) sampleRTT(now time.Time) {
+	if !c.rttOn || !c.psn.After(c.rttPSN) {
+		return
+	}
+	c.rttOn = false
+	rtt := now.Sub(c.rttSent)
+	if c.srtt == 0 {
+		c.srtt, c.rttvar = rtt, rtt/2
+		return
+	}
+	// RFC 6298 section 2.3: beta 1/4, alpha 1/8.
+	d := c.srtt - rtt
+	if d < 0 {
+		d = -d
+	}
+	c.rttvar += (d - c.rttvar) / 4
+	c.srtt += (rtt - c.srtt) / 8
 }
 
 func (c *completer) waitingRNR() bool { return !c.rnrUntil.IsZero() }
 
-func (c *completer) deadline() time.Time { return earliest(c.timer, c.rnrUntil) }
+func (c *completer) deadline() time.Time { return earliest(earliest(c.timer, c.rnrUntil), c.probeAt) }
 
 // ackTimeout returns the local ACK timeout for the QP's timeout attribute: 4.096 us * 2^timeout.
 // IBTA Vol 1 9.7.6.1.3 (transport timer).
@@ -56,11 +128,14 @@ func (c *completer) progress(q *QP, now time.Time) {
 	c.retrying = false
 	c.retryLeft = q.attr.RetryCnt
 	c.rnrLeft = q.attr.RNRRetry
+	c.sampleRTT(now)
+	c.probed = false
 	if c.psn == q.req.psn {
-		c.timer = time.Time{}
+		c.timer, c.probeAt = time.Time{}, time.Time{}
 		return
 	}
 	c.armTimer(q, now)
+	c.armProbe(q, now)
 }
 
 // handle processes a response packet: ACK, NAK, READ response or atomic acknowledgement.
@@ -143,6 +218,17 @@ func (c *completer) onAcknowledge(q *QP, now time.Time, psn wire.PSN, s wire.Syn
 			return
 		}
 		c.progress(q, now)
+		if c.probeOut {
+			// The answer to a tail-loss probe: the responder has nothing past psn, which was sent at
+			// least two round trips ago. Resend the rest.
+			c.probeOut = false
+			if c.psn != q.req.psn && psn.Before(c.probeHigh) && q.state != StateErr {
+				q.counters.ProbeRetries++
+				c.timedOut = true // the first copies may yet arrive: nothing to time
+				c.startRetry(q, now)
+				c.retrying = true
+			}
+		}
 	case wire.KindRNRNAK:
 		q.counters.RcvdRNRErr++
 		if psn.Before(c.psn) {
@@ -310,6 +396,7 @@ func (c *completer) retry(q *QP, now time.Time) {
 		q.counters.RetryIgnored++
 		return
 	}
+	c.timedOut = false
 	c.startRetry(q, now)
 	c.retrying = true
 }
@@ -329,6 +416,12 @@ func (c *completer) startRetry(q *QP, now time.Time) {
 
 // advance fires the timers that are due.
 func (c *completer) advance(q *QP, now time.Time) {
+	if !c.probeAt.IsZero() && !now.Before(c.probeAt) {
+		c.probeAt = time.Time{}
+		if c.psn != q.req.psn && !c.waitingRNR() && !c.probed && (q.state == StateRTS || q.state == StateSQD) {
+			c.probed, c.probeDue = true, true
+		}
+	}
 	if !c.rnrUntil.IsZero() && !now.Before(c.rnrUntil) {
 		c.rnrUntil = time.Time{}
 		c.retrying = false
@@ -338,6 +431,7 @@ func (c *completer) advance(q *QP, now time.Time) {
 		c.timer = time.Time{}
 		if c.psn != q.req.psn && (q.state == StateRTS || q.state == StateSQD) {
 			q.counters.Timeouts++
+			c.timedOut = true
 			c.startRetry(q, now)
 		}
 	}
@@ -350,6 +444,8 @@ func (c *completer) advance(q *QP, now time.Time) {
 func (q *QP) rewind() {
 	r, c := &q.req, &q.cmp
 	r.psn = c.psn
+	c.rttOn = false // Karn: an ACK for a resent packet may answer the first copy
+	c.probeOut = false
 	r.next = 0
 	r.noAck = 0
 	r.rdAtomic = 0

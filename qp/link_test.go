@@ -99,6 +99,7 @@ type pairOpts struct {
 	srq            bool
 	skipConnecting bool
 	ackDelay       time.Duration
+	tailProbe      bool
 }
 
 func defaultOpts() pairOpts {
@@ -112,6 +113,7 @@ func newLink(t testing.TB, o pairOpts) *link {
 	l.a = newHost(t, "A", o.typ, 0x11, false)
 	l.b = newHost(t, "B", o.typ, 0x22, o.srq)
 	l.a.qp.cfg.AckDelay, l.b.qp.cfg.AckDelay = o.ackDelay, o.ackDelay
+	l.a.qp.cfg.TailProbe, l.b.qp.cfg.TailProbe = o.tailProbe, o.tailProbe
 	if !o.skipConnecting {
 		connect(t, l.now, l.a.qp, 0x22, o, o.psnA, o.psnB)
 		connect(t, l.now, l.b.qp, 0x11, o, o.psnB, o.psnA)

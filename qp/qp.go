@@ -60,6 +60,19 @@ type Config struct {
 	// OnEvent, if set, is told of the QP's asynchronous events, on the goroutine that runs the engine:
 	// it must not block or call back into the QP.
 	OnEvent func(e Event, cq *CQ)
+	// TailProbe turns on the RC requester's tail-loss probe: when requests are outstanding and no
+	// response has come for twice the smoothed round-trip time (at least MinProbe) since the last
+	// packet left, the last packet goes again, with AckReq. The responder answers it, and the answer
+	// tells the requester what happened to the tail: an ACK if only the last packet or the ACK was
+	// lost, a PSN sequence NAK (and go-back-N) if more was, a duplicate's ACK if nothing was. So a lost
+	// tail costs a round trip or two instead of the local ACK timeout (67 ms at the usual timeout 14),
+	// which alone counts against retry_cnt, as IBTA Vol 1 9.7.6.1.3 says. A requester may send a
+	// request again at any time; the responder treats it as any duplicate (9.7.5.1.2). The idea is
+	// TCP's tail loss probe (RFC 8985 section 7). Only a SEND or WRITE tail is probed; a READ's or an
+	// atomic's waits for the timeout.
+	TailProbe bool
+	// MinProbe is the shortest probe timeout: 1 ms unless set.
+	MinProbe time.Duration
 }
 
 // Event is an asynchronous event of a QP, as ibv_get_async_event reports them.
@@ -142,6 +155,9 @@ func New(cfg Config) (*QP, error) {
 	}
 	if cfg.SRQ == nil {
 		q.rq = newRecvRing(cfg.MaxRecvWR, cfg.MaxRecvSGE)
+	}
+	if q.cfg.MinProbe <= 0 {
+		q.cfg.MinProbe = time.Millisecond
 	}
 	if !q.cfg.PortMTU.Valid() {
 		q.cfg.PortMTU = wire.MTU4096
@@ -405,6 +421,14 @@ func (q *QP) AppendPacket(now time.Time, dst []byte) ([]byte, Tx, bool) {
 	if !company {
 		if out, tx, ok := q.rsp.appendPacket(q, now, dst, false); ok {
 			q.counters.SentPkts++
+			return out, tx, true
+		}
+	}
+	if q.cmp.probeDue {
+		q.cmp.probeDue = false
+		if out, tx, ok := q.req.appendProbe(q, now, dst); ok {
+			q.counters.SentPkts++
+			q.counters.TailProbes++
 			return out, tx, true
 		}
 	}

@@ -18,6 +18,7 @@ type requester struct {
 	noAck        int       // packets sent since the last one with AckReq
 	rdAtomic     int       // READs and atomics sent and not yet completed
 	blockedUntil time.Time // the pacer holds the next packet until then
+	ackReq       bool      // the packet build made last asks for an ACK
 }
 
 func (r *requester) reset() {
@@ -64,6 +65,7 @@ func (r *requester) appendPacket(q *QP, now time.Time, dst []byte) ([]byte, Tx, 
 		}
 		r.blockedUntil = time.Time{}
 	}
+	fresh := !r.psn.Before(r.max)
 	out, err := r.build(q, w, dst, payload)
 	if err != nil {
 		q.counters.SendErr++
@@ -82,9 +84,14 @@ func (r *requester) appendPacket(q *QP, now time.Time, dst []byte) ([]byte, Tx, 
 		// The local ACK timer runs whenever a packet is unacknowledged: armed by the first packet sent
 		// while it is idle, restarted by progress (rxe_req.c: "armed if not pending"). Arming it only at
 		// the end of a message would leave a long WRITE whose window of packets all got lost without
-		// any timer at all.
-		if q.cmp.timer.IsZero() {
-			q.cmp.armTimer(q, now)
+		// any timer at all. The tail-loss probe counts from the last packet.
+		c := &q.cmp
+		if c.timer.IsZero() {
+			c.armTimer(q, now)
+		}
+		c.armProbe(q, now)
+		if r.ackReq && !c.rttOn && (fresh || !c.timedOut) {
+			c.rttPSN, c.rttSent, c.rttOn = r.psn.Sub(1), now, true
 		}
 	case w.sent:
 		// UC and UD requests complete once sent: nothing acknowledges them. IBTA Vol 1 9.8.
@@ -99,6 +106,38 @@ func localStatus(err error) Status {
 		return StatusLocLenErr
 	}
 	return StatusLocProtErr
+}
+
+// appendProbe builds the tail-loss probe (Config.TailProbe): the oldest unacknowledged request packet,
+// again, with AckReq, leaving the requester where it was. The responder answers it whatever it has
+// (an ACK if it takes it in order, a duplicate's ACK for its latest PSN otherwise), and the answer
+// says how far it got. It declines when that packet belongs to a READ or an atomic, whose replay the
+// timeout handles.
+func (r *requester) appendProbe(q *QP, now time.Time, dst []byte) ([]byte, Tx, bool) {
+	psn := q.cmp.psn
+	for i := 0; i < q.sq.n; i++ {
+		w := q.sq.at(i)
+		if !w.assigned || !psn.Before(r.max) {
+			break
+		}
+		if psn.Before(w.firstPSN) || psn.After(w.lastPSN) {
+			continue
+		}
+		if w.wr.Opcode.isReadAtomic() {
+			return dst, Tx{}, false
+		}
+		saved, offset, sent, started := *r, w.offset, w.sent, w.started
+		r.psn, r.noAck = psn, maxPktsPerAck // AckReq
+		w.offset, w.started = uint32(psn.Diff(w.firstPSN))*uint32(q.mtu), true
+		out, err := r.build(q, w, dst, min(int(w.length-w.offset), q.mtu))
+		*r, w.offset, w.sent, w.started = saved, offset, sent, started
+		if err != nil {
+			return dst, Tx{}, false
+		}
+		q.cmp.probeOut, q.cmp.probeHigh = true, r.max.Sub(1)
+		return out, Tx{AH: q.attr.AV, DestQPN: q.attr.DestQPN, SrcQPN: q.qpn, PacketLen: len(out) - len(dst)}, true
+	}
+	return dst, Tx{}, false
 }
 
 // build appends the next packet of w to dst and advances the requester past it.
@@ -156,6 +195,7 @@ func (r *requester) build(q *QP, w *sendWQE, dst []byte, payload int) ([]byte, e
 		} else {
 			r.noAck++
 		}
+		r.ackReq = f.BTH.AckReq
 	}
 	out, err := wire.AppendHeaders(dst, &f, payload)
 	if err != nil {

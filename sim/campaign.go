@@ -223,7 +223,8 @@ func RunCampaignSeed(seed uint64, trace io.Writer) (CampaignResult, error) {
 	topo := BackToBack(s, LinkConfig{Rate: p.rate, Delay: p.delay, Faults: p.faults}, HostConfig{})
 	a, b := topo.Hosts[0], topo.Hosts[1]
 	link := s.Links[0]
-	o := QPOptions{MTU: p.mtu, Timeout: p.timeout, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 1, RdAtomic: 16}
+	// Odd seeds run with the tail-loss probe, as goroce's device does; even ones without, as rxe.
+	o := QPOptions{MTU: p.mtu, Timeout: p.timeout, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 1, RdAtomic: 16, TailProbe: seed%2 == 1}
 
 	var conns []*campaignConn
 	for i := 0; i < p.conns+btoi(p.reverse); i++ {

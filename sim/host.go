@@ -124,6 +124,7 @@ type QPOptions struct {
 	CQDepth     int   // each CQ; 0 means 4096
 	ECN         bool  // send ECT(0), so switches may mark CE
 	Access      mr.Access
+	TailProbe   bool // the requester's tail-loss probe (qp.Config.TailProbe), as goroce's device runs it
 }
 
 func (o *QPOptions) defaults() {
@@ -236,7 +237,7 @@ func (h *Host) newEndpoint(o QPOptions) (*Endpoint, error) {
 		gidx: int32(len(s.eps)), flow: -1}
 	cfg := qp.Config{Type: qp.RC, QPN: h.qpnBase + wire.QPN(len(h.eps)), PD: h.PD, Memory: h.Mem,
 		SendCQ: ep.SendCQ, RecvCQ: ep.RecvCQ, MaxSendWR: o.SendDepth, MaxRecvWR: o.RecvDepth,
-		MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256}
+		MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256, TailProbe: o.TailProbe}
 	if h.cfg.Pacer != nil {
 		cfg.Pacer = h.cfg.Pacer(ep)
 	}
