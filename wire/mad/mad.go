@@ -1,11 +1,17 @@
-// Package mad decodes InfiniBand management datagrams (MADs): the 256-byte messages that RoCEv2 carries
-// as UD SEND_ONLY packets to QP1, the general services interface (GSI). The RDMA connection manager (CM)
-// that rping and every rdma_cm application use speaks in MADs: ConnectRequest, ConnectReply, ReadyToUse,
-// DisconnectRequest and their kin.
+// Package mad decodes and builds InfiniBand management datagrams (MADs): the 256-byte messages that
+// RoCEv2 carries as UD SEND_ONLY packets to QP1, the general services interface (GSI). The RDMA connection
+// manager (CM) that rping and every rdma_cm application use speaks in MADs: ConnectRequest, ConnectReply,
+// ReadyToUse, DisconnectRequest and their kin.
 //
 // Like wire, the package imports only the standard library (and wire's domain types), never allocates
-// when parsing, and never panics on peer input. Parse validates a MAD once: the common header, and for
-// the CM messages the fixed part of the message; after it the accessors trust the bytes.
+// when parsing, and never panics on peer input. Parse validates a MAD once (its length and base
+// version), ParseCM also that it is a CM message of chapter 12; every CM field lies inside the 256
+// bytes, so after them the accessors trust the bytes.
+//
+// Every CM message has a view (REQ, REP, MRA, REJ, Comm for RTU and DREP, DREQ, SIDRReq, SIDRRep) with
+// an accessor per field, a Fields struct with Fields and Encode, and an Append that builds the whole MAD
+// (AppendCM). cma.go holds rdma_cm's conventions: service IDs made of a port space and a port, and the
+// CMA header that starts a REQ's private data.
 //
 // Section references are to the InfiniBand Architecture Specification Volume 1, Release 1.2.1:
 // chapter 13.4 for the MAD common header, chapter 12 for the communication manager. CM field offsets

@@ -83,7 +83,7 @@ func TestCaptureMADs(t *testing.T) {
 		{"LocalCAGUID", req.LocalCAGUID(), uint64(0x505400fffe77000c)},
 		{"ResponderResources", req.ResponderResources(), uint8(1)},
 		{"InitiatorDepth", req.InitiatorDepth(), uint8(1)},
-		{"TransportServiceType", req.TransportServiceType(), uint8(0)},
+		{"TransportServiceType", req.TransportServiceType(), TransportRC},
 		{"RetryCount", req.RetryCount(), uint8(7)},
 		{"RNRRetryCount", req.RNRRetryCount(), uint8(7)},
 		{"PKey", req.PKey(), wire.DefaultPKey},
