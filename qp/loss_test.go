@@ -407,3 +407,52 @@ func TestAckDelay(t *testing.T) {
 		t.Fatalf("completions %+v", got)
 	}
 }
+
+// A second gap, found while the requester resends after the first NAK, is NAKed after an ACK for what
+// arrived in order since: rxe's requester ignores a NAK during a retry it started until an ACK shows
+// progress (rxe_comp.c comp.started_retry), and would otherwise wait for its timeout.
+func TestSecondGapAckedBeforeNAK(t *testing.T) {
+	o := defaultOpts()
+	o.mtu = wire.MTU256
+	l := newLink(t, o)
+	src := l.a.reg(t, 1536, mr.LocalWrite)
+	fill(src.Bytes(), 5)
+	remote := l.b.reg(t, 1536, mr.LocalWrite|mr.RemoteWrite)
+	pass := map[wire.PSN]int{}
+	l.hook = func(l *link, h *host, p wire.Packet) [][]byte {
+		psn := p.BTH().PSN()
+		if h == l.a {
+			pass[psn]++
+			if (psn == 257 && pass[psn] == 1) || (psn == 259 && pass[psn] == 2) {
+				return nil
+			}
+		}
+		return [][]byte{p.Bytes()}
+	}
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRWrite, Flags: Signaled, SGL: sge(src, 0, 1536),
+		RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+	l.run(time.Second)
+	l.expectLadder(
+		"-> RDMA_WRITE_FIRST psn=256 len=1536 +256",
+		"-> RDMA_WRITE_MIDDLE psn=257 +256 (lost)",
+		"-> RDMA_WRITE_MIDDLE psn=258 +256",
+		"-> RDMA_WRITE_MIDDLE psn=259 +256",
+		"-> RDMA_WRITE_MIDDLE psn=260 +256",
+		"-> RDMA_WRITE_LAST psn=261 A +256",
+		"<- ACKNOWLEDGE psn=257 [NAK psn-sequence-error msn=0]",
+		"-> RDMA_WRITE_MIDDLE psn=257 +256",
+		"-> RDMA_WRITE_MIDDLE psn=258 +256",
+		"-> RDMA_WRITE_MIDDLE psn=259 +256 (lost)",
+		"-> RDMA_WRITE_MIDDLE psn=260 +256",
+		"-> RDMA_WRITE_LAST psn=261 A +256",
+		"<- ACKNOWLEDGE psn=258 [ACK msn=0]",
+		"<- ACKNOWLEDGE psn=259 [NAK psn-sequence-error msn=0]",
+		"-> RDMA_WRITE_MIDDLE psn=259 +256",
+		"-> RDMA_WRITE_MIDDLE psn=260 +256",
+		"-> RDMA_WRITE_LAST psn=261 A +256",
+		"<- ACKNOWLEDGE psn=261 [ACK msn=1]",
+	)
+	if !bytes.Equal(src.Bytes(), remote.Bytes()) {
+		t.Fatal("data differs")
+	}
+}

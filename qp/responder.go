@@ -17,6 +17,12 @@ type responder struct {
 	msn     wire.MSN
 	now     time.Time // the time of the packet being handled
 	nakSent bool      // a PSN sequence error NAK was sent for the current gap
+	// nakUnacked says a PSN sequence error NAK has gone out and no ACK since. rxe's requester ignores a
+	// NAK that comes while a retry it started is under way, until an ACK shows progress (rxe_comp.c:
+	// comp.started_retry, cleared only by an ACK), and then waits for its timeout; so before NAKing a
+	// new gap in that state the responder acknowledges what it has. The NAK implies that ACK (IBTA
+	// Vol 1 9.7.5.1.2), so the extra packet tells a conforming requester nothing new.
+	nakUnacked bool
 
 	msg  message    // the SEND or WRITE in progress
 	sgl  []mr.SGE   // storage for the bound receive's SGL
@@ -134,7 +140,7 @@ func (r *responder) resizeResources(n int) {
 }
 
 func (r *responder) reset() {
-	r.psn, r.msn, r.nakSent = 0, 0, false
+	r.psn, r.msn, r.nakSent, r.nakUnacked = 0, 0, false, false
 	r.msg = message{}
 	r.jobs.head, r.jobs.n = 0, 0
 	clear(r.res)
@@ -193,6 +199,9 @@ func (r *responder) queueAck(psn wire.PSN, s wire.Syndrome, final bool) {
 
 // queueAckDue queues an ACK that may wait until due (zero: no wait) for company: see Config.AckDelay.
 func (r *responder) queueAckDue(psn wire.PSN, s wire.Syndrome, final bool, due time.Time) {
+	if s.IsACK() {
+		r.nakUnacked = false
+	}
 	j := job{kind: jobAck, psn: psn, syndrome: s, msn: r.msn, final: final, due: due}
 	if t := r.jobs.tail(); t != nil && t.kind == jobAck && !t.final && t.syndrome.IsACK() {
 		if !t.due.IsZero() && (due.IsZero() || t.due.Before(due)) {
@@ -249,7 +258,16 @@ func (r *responder) handleRC(q *QP, p wire.Packet) {
 		q.counters.OutOfSeqRequest++
 		if !r.nakSent && r.canAck() {
 			r.nakSent = true
-			r.queueAck(r.psn, wire.SyndromeNAK(wire.NAKPSNSequenceError), false)
+			if r.nakUnacked && !r.jobs.full() {
+				r.queueAck(r.psn.Sub(1), wire.SyndromeACK(wire.CreditInvalid), false)
+				// The NAK must not replace the ACK at the tail, as queueAck would.
+				if !r.jobs.full() {
+					r.jobs.push(job{kind: jobAck, psn: r.psn, syndrome: wire.SyndromeNAK(wire.NAKPSNSequenceError), msn: r.msn})
+				}
+			} else {
+				r.queueAck(r.psn, wire.SyndromeNAK(wire.NAKPSNSequenceError), false)
+			}
+			r.nakUnacked = true
 		}
 		return
 	case d < 0:
