@@ -16,10 +16,11 @@ import (
 	"github.com/google/gopacket/pcapgo"
 
 	"github.com/goroce/goroce/interop/capture"
+	"github.com/goroce/goroce/interop/capture/explain"
 	_ "github.com/goroce/goroce/wire/iblayer" // registers the RoCEv2 layers on UDP port 4791
 )
 
-const dumpUsage = `usage: goroce dump [-v] [-qp] FILE.pcap...
+const dumpUsage = `usage: goroce dump [-v] [-qp] [-explain] FILE.pcap...
 
 Decodes RoCEv2 captures (pcap or pcapng; Ethernet, Linux cooked or raw IP; IPv4 and IPv6): one line per
 packet with the InfiniBand transport headers in words and the ICRC checked, the management datagrams
@@ -28,6 +29,12 @@ summary per QP flow. A pcapng packet's comments end its line in brackets: goroce
 say there what befell a packet, "[lost: injected loss]", "[dropped: bad ICRC]". Exits 0 when every
 RoCEv2 packet decoded whole and its ICRC verified, 1 otherwise.
 
+-explain tells each queue pair's story from the wire: under a packet, why a NAK was sent (the PSN the
+responder expected and the one it got), which packet a retransmission repeats and what set it off (a
+NAK, a timeout, an RNR NAK's wait, a gap in READ responses), which duplicates a responder answered
+again, which requests one ACK covers, how the MSN advances, what a CNP answers; after the summary, the
+story of each pair. Lines marked [inferred] are reasoned from the packets, not read from them.
+
 flags:
 `
 
@@ -35,6 +42,8 @@ flags:
 type dumpOptions struct {
 	verbose bool // a field tree under each packet
 	qpOnly  bool // only the per-QP summaries, no packet lines
+	explain bool // notes under the packets and a story per queue pair
+	keep    bool // keep every file's packets, trees and analysis in dumper.kept, for the viewer
 }
 
 func runDump(args []string) error {
@@ -42,6 +51,7 @@ func runDump(args []string) error {
 	var o dumpOptions
 	fs.BoolVar(&o.verbose, "v", false, "print every header field of every packet")
 	fs.BoolVar(&o.qpOnly, "qp", false, "print only the per-QP flow summaries, not the packets")
+	fs.BoolVar(&o.explain, "explain", false, "explain the packets: NAKs, retransmissions, duplicates, ACK coalescing, MSN, CNPs; and tell each queue pair's story")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), dumpUsage)
 		fs.PrintDefaults()
@@ -87,12 +97,35 @@ func dump(w io.Writer, o dumpOptions, files ...string) (counts, bool) {
 
 // dumper decodes captures and writes what it sees. It is not safe for concurrent use.
 type dumper struct {
-	w     io.Writer
-	opts  dumpOptions
-	cur   *captureFile // the file being read
-	total counts       // over all files
-	files int
-	note  string // the comments of the packet being decoded
+	w        io.Writer
+	opts     dumpOptions
+	cur      *captureFile // the file being read
+	total    counts       // over all files
+	files    int
+	note     string   // the comments of the packet being decoded, joined
+	comments []string // and one by one
+
+	// With -explain or keep, a file's packets wait in held until the file is read and analyzed.
+	held []*heldPacket
+	kept []*keptFile // with keep: every file read
+}
+
+// heldPacket is a packet decoded and waiting for its file's analysis.
+type heldPacket struct {
+	n    int
+	at   time.Duration // since the file's first packet
+	line string        // its dump line, without the newline
+	tree string        // its -v field tree, lines ending in newlines
+	roce *explain.Packet
+}
+
+// keptFile is what the dumper kept of one file for the viewer.
+type keptFile struct {
+	name     string
+	packets  []*heldPacket
+	analysis *explain.Analysis
+	summary  string // the summary dump prints after the packets
+	counts   counts
 }
 
 func newDumper(w io.Writer, o dumpOptions) *dumper { return &dumper{w: w, opts: o} }
@@ -204,15 +237,61 @@ func (d *dumper) dumpFile(name string) error {
 			readErr = fmt.Errorf("packet %d: %w", n, err)
 			break
 		}
-		d.note = ""
+		d.note, d.comments = "", nil
 		if ng, ok := src.(*ngSource); ok {
-			d.note = strings.Join(ng.rec.Comments, "; ")
+			d.comments = ng.rec.Comments
+			d.note = strings.Join(d.comments, "; ")
 		}
 		d.packet(n, ci, data, linkDecoder(src))
 	}
-	d.summary()
+	d.release()
 	d.total.add(d.cur.counts)
 	return readErr
+}
+
+// holding reports whether packets wait for their file's analysis instead of being printed at once.
+func (d *dumper) holding() bool { return d.opts.explain || d.opts.keep }
+
+// release analyzes the file's held packets and prints them, each with its notes under -explain, then the
+// summary and, under -explain, the queue pairs' stories.
+func (d *dumper) release() {
+	if !d.holding() {
+		d.summary()
+		return
+	}
+	var pkts []explain.Packet
+	for _, h := range d.held {
+		if h.roce != nil {
+			pkts = append(pkts, *h.roce)
+		}
+	}
+	a := explain.Analyze(pkts)
+	if !d.opts.qpOnly {
+		for _, h := range d.held {
+			fmt.Fprintln(d.w, h.line)
+			if d.opts.verbose {
+				fmt.Fprint(d.w, h.tree)
+			}
+			if d.opts.explain {
+				if e := a.Frame(h.n); e != nil {
+					writeNotes(d.w, e.Notes)
+				}
+			}
+		}
+	}
+	var sum bytes.Buffer
+	w := d.w
+	d.w = io.MultiWriter(w, &sum)
+	d.summary()
+	d.w = w
+	if d.opts.explain {
+		writeStories(d.w, d.cur.name, a)
+	}
+	if d.opts.keep {
+		d.kept = append(d.kept, &keptFile{name: d.cur.name, packets: d.held, analysis: a, summary: sum.String(),
+			counts: d.cur.counts})
+	}
+	d.held = nil
 }
 
 // linkDecoder returns the decoder of the link layer of the packet src read last; pcapng files name it
@@ -233,6 +312,9 @@ func (d *dumper) finish() bool {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, legend)
+	if d.opts.explain {
+		fmt.Fprintln(w, explainLegend)
+	}
 	switch {
 	case t.roce == 0:
 		fmt.Fprintln(w, "OK: no RoCEv2 packets")
@@ -255,4 +337,10 @@ const legend = `Legend: qp = destination QP; psn = packet sequence number (24 bi
 per direction); ack-req = the requester asks for an ACK. An ACK's psn acknowledges every request up to and
 including it (responders coalesce ACKs), its msn counts the messages the responder has completed. A psn
 seen again in a flow is a retransmission (requests) or a duplicate (responses). icrc = the invariant CRC
-over the IP, UDP and InfiniBand headers and payload, with the fields routers change masked.`
+over the IP, UDP and InfiniBand headers and payload, with the fields routers change masked. Opcodes are
+named as Wireshark names them.`
+
+const explainLegend = `Explained (-explain): the lines under a packet say what it means and why it was sent; #N is packet
+N. [inferred] marks what is reasoned from the packets (which PSN a responder got, what set off a
+resend) rather than read from a field or from the capture's comments: goroce's own trace events, which
+would say why goroce did what it did, are not in captures yet.`

@@ -219,8 +219,8 @@ func TestTruncatedCapture(t *testing.T) {
 		t.Errorf("%s: ok=%v, want %d truncated\n%s", total.line(), ok, long, lastLines(out, 3))
 	}
 	for _, want := range []string{
-		"RC RDMA_WRITE_FIRST qp=0x000012 psn=0xf73ab6 va=0x562045508000 rkey=0x00000315 len=8192 payload=1024 truncated capture (100 of 1098 bytes)\n",
-		"RC RDMA_WRITE_MIDDLE qp=0x000012 psn=0xf73ab7 payload=1024 truncated capture (100 of 1082 bytes)\n",
+		"RC RDMA Write First qp=0x000012 psn=0xf73ab6 va=0x562045508000 rkey=0x00000315 len=8192 payload=1024 truncated capture (100 of 1098 bytes)\n",
+		"RC RDMA Write Middle qp=0x000012 psn=0xf73ab7 payload=1024 truncated capture (100 of 1082 bytes)\n",
 		"FAIL: ",
 	} {
 		if !strings.Contains(out, want) {
@@ -265,7 +265,7 @@ func TestLinkTypes(t *testing.T) {
 	sll := append([]byte{0, 0, 0, 1, 0, 6, 0x52, 0x54, 0, 0x77, 0, 0x0c, 0, 0, 0x08, 0x00}, r.data[14:]...)
 	r.ci.CaptureLength, r.ci.Length = len(sll), len(sll)
 	out, total, ok := dumpRecordsCounts(t, layers.LinkTypeLinuxSLL, []rec{{sll, r.ci}})
-	if !ok || total.icrcOK != 1 || !strings.Contains(out, "10.77.0.12:49441 > 10.77.0.11:4791 RC SEND_FIRST") {
+	if !ok || total.icrcOK != 1 || !strings.Contains(out, "10.77.0.12:49441 > 10.77.0.11:4791 RC Send First") {
 		t.Errorf("Linux SLL: %s\n%s", total.line(), out)
 	}
 
@@ -284,7 +284,7 @@ func TestLinkTypes(t *testing.T) {
 	}
 	ci := gopacket.CaptureInfo{Timestamp: time.Unix(0, 0), CaptureLength: len(buf.Bytes()), Length: len(buf.Bytes())}
 	out, total, ok = dumpRecordsCounts(t, layers.LinkTypeEthernet, []rec{{buf.Bytes(), ci}})
-	want := "[fe80::1]:49152 > [fe80::2]:4791 RC ACKNOWLEDGE qp=0x000011 psn=0x000007 RNR NAK 1.28ms msn=3 icrc ok\n"
+	want := "[fe80::1]:49152 > [fe80::2]:4791 RC Acknowledge qp=0x000011 psn=0x000007 RNR NAK 1.28ms msn=3 icrc ok\n"
 	if !ok || !strings.Contains(out, want) {
 		t.Errorf("IPv6: %s\n%s", total.line(), out)
 	}

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/goroce/goroce/interop/capture/explain"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -56,7 +57,8 @@ type flow struct {
 	ackReq    int
 	payload   int64
 	firstPSN  wire.PSN
-	maxPSN    wire.PSN // the latest PSN in serial order
+	lastPSN   wire.PSN // the latest PSN in serial order
+	maxPSN    wire.PSN // the same, a NAK counting as the PSN before its own, for repeats
 	naks      int
 	rnrNaks   int
 	repeats   int // packets whose PSN is not after every PSN before it
@@ -68,15 +70,24 @@ type flow struct {
 // duplicate response.
 func (f *flow) observe(b wire.BTHFields, payload int, syn wire.Syndrome, hasAETH bool) bool {
 	repeat := false
+	psn, nak := b.PSN, hasAETH && syn.Kind() != wire.KindACK
+	if nak {
+		// A NAK names the PSN the responder expects, or the one it refused: it acknowledges the PSNs
+		// before it, and is never a copy of an earlier response. IBTA Vol 1 9.7.5 (AETH syndrome).
+		psn = psn.Sub(1)
+	}
 	if f.key.role != roleCNP {
 		switch {
 		case f.packets == 0:
-			f.firstPSN, f.maxPSN = b.PSN, b.PSN
-		case b.PSN.After(f.maxPSN):
-			f.maxPSN = b.PSN
-		default:
+			f.firstPSN, f.lastPSN, f.maxPSN = b.PSN, b.PSN, psn
+		case psn.After(f.maxPSN):
+			f.maxPSN = psn
+		case !nak:
 			repeat = true
 			f.repeats++
+		}
+		if b.PSN.After(f.lastPSN) {
+			f.lastPSN = b.PSN
 		}
 	}
 	if f.packets == 0 {
@@ -136,7 +147,7 @@ func (d *dumper) summary() {
 		k := f.key
 		psns := "-"
 		if k.role != roleCNP {
-			psns = fmt.Sprintf("%v..%v", f.firstPSN, f.maxPSN)
+			psns = fmt.Sprintf("%v..%v", f.firstPSN, f.lastPSN)
 		}
 		fmt.Fprintf(w, "  %-*s  %-8v  %-12s %7d %10d  %-17s %4d %4d %7d %8d\n", width,
 			k.src.String()+" > "+k.dst.String(), k.qpn, f.transport.String()+" "+k.role.String(), f.packets,
@@ -144,9 +155,10 @@ func (d *dumper) summary() {
 		var ops []string
 		for op, n := range f.byOpcode {
 			if n > 0 {
-				name := wire.Opcode(op).Info().Name
-				if name == "" {
-					name = wire.Opcode(op).String()
+				// Wireshark's name without the transport, which the flow column shows.
+				name := explain.OpcodeName(wire.Opcode(op))
+				if t := wire.Opcode(op).Transport(); t != wire.TransportCNP && wire.Opcode(op).Valid() {
+					name = strings.TrimPrefix(name, t.String()+" ")
 				}
 				ops = append(ops, fmt.Sprintf("%s %d", name, n))
 			}

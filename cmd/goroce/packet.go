@@ -12,6 +12,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/goroce/goroce/interop/capture/explain"
 	"github.com/goroce/goroce/wire"
 	"github.com/goroce/goroce/wire/iblayer"
 	"github.com/goroce/goroce/wire/mad"
@@ -75,6 +76,26 @@ func (d *dumper) packet(n int, ci gopacket.CaptureInfo, data []byte, dec gopacke
 	if d.note != "" {
 		l.word("[" + d.note + "]")
 	}
+	if d.holding() {
+		h := &heldPacket{n: n, at: ci.Timestamp.Sub(c.start), line: l.String()}
+		if d.opts.verbose || d.opts.keep {
+			var t line
+			tree(&t, pkt, icrc)
+			h.tree = t.String()
+		}
+		if udp != nil && udp.DstPort == wire.UDPPort {
+			h.roce = &explain.Packet{Frame: n, At: ci.Timestamp, Src: netip.AddrPortFrom(src, uint16(udp.SrcPort)),
+				Dst: netip.AddrPortFrom(dst, uint16(udp.DstPort)), Data: udp.Payload, Comments: d.comments}
+			switch ip := pkt.NetworkLayer().(type) {
+			case *layers.IPv4:
+				h.roce.ECN, h.roce.IPLen = ip.TOS&3, int(ip.Length)
+			case *layers.IPv6:
+				h.roce.ECN, h.roce.IPLen = ip.TrafficClass&3, 40+int(ip.Length)
+			}
+		}
+		d.held = append(d.held, h)
+		return
+	}
 	if d.opts.qpOnly {
 		return
 	}
@@ -123,7 +144,7 @@ func (d *dumper) roce(l *line, pkt gopacket.Packet, src, dst netip.Addr, udp *la
 		return ""
 	}
 	info := b.Opcode.Info()
-	l.word(b.Opcode.String())
+	l.word(explain.OpcodeName(b.Opcode))
 	l.word("qp=" + b.DestQP.String())
 	l.word("psn=" + b.PSN.String())
 	flags(l, b)
@@ -331,7 +352,8 @@ func printable(b []byte) bool {
 // decodeConnMsg decodes the connection messages of ibv_rc_pingpong, "%04x:%06x:%06x:%s" (LID, QPN, PSN,
 // GID as 32 hex digits), and of perftest, "%04x:%04x:%06x:%06x:%08x:%016llx:" (LID, out_reads, QPN, PSN,
 // rkey, vaddr) followed by 16 GID bytes as "%02x:" and the SRQ number. It returns "" for anything else.
-// See shared/reference/ROCEV2.md section 6.
+// The formats are rdma-core's libibverbs/examples/rc_pingpong.c (pp_client_exch_dest) and perftest's
+// KEY_PRINT_FMT_GID (src/perftest_communication.c and .h).
 func decodeConnMsg(s string) string {
 	f := strings.Split(s, ":")
 	hexOK := func(i, n int) (uint64, bool) {

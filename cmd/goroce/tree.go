@@ -6,6 +6,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/goroce/goroce/interop/capture/explain"
 	"github.com/goroce/goroce/wire/iblayer"
 	"github.com/goroce/goroce/wire/mad"
 )
@@ -43,7 +44,7 @@ func tree(l *line, pkt gopacket.Packet, icrc string) {
 		case *iblayer.BTH:
 			f := x.BTHFields
 			node("BTH opcode=%#02x (%v) se=%d migreq=%d pad=%d tver=%d pkey=%#04x fecn=%d becn=%d resv6=%#x qp=%v ackreq=%d resv7=%#x psn=%v",
-				uint8(f.Opcode), f.Opcode, b2i(f.SolicitedEvent), b2i(f.MigReq), f.PadCnt, f.TVer, uint16(f.PKey),
+				uint8(f.Opcode), explain.OpcodeName(f.Opcode), b2i(f.SolicitedEvent), b2i(f.MigReq), f.PadCnt, f.TVer, uint16(f.PKey),
 				b2i(f.FECN), b2i(f.BECN), f.Resv6, f.DestQP, b2i(f.AckReq), f.Resv7, f.PSN)
 		case *iblayer.DETH:
 			node("DETH qkey=%#08x resv8=%#x src-qp=%v", uint32(x.QKey), x.Resv8, x.SrcQP)
