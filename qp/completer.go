@@ -23,13 +23,12 @@ type completer struct {
 	retrying bool
 
 	// The tail-loss probe (Config.TailProbe): probeAt is when it is due, zero when none is armed;
-	// probed says one went for the current tail (another waits for progress); probeDue asks
-	// AppendPacket to send it.
-	probeAt  time.Time
-	probed   bool
-	probeDue bool
-	// probeOut says a probe is out and its answer not yet in; probeHigh is the highest PSN sent when
-	// it left. An answer that acknowledges less than probeHigh says the rest was lost.
+	// probeDue asks AppendPacket to send it. probeOut says a probe is out: it was a copy of probeHigh,
+	// the last packet sent, and no other probe goes until an ACK covers probeHigh or a retry starts
+	// (one probe per tail, as RFC 8985 section 7.3 allows one per episode). The probe's answer needs
+	// no reading of its own: the ACK or PSN sequence NAK it draws does what any ACK or NAK does.
+	probeAt   time.Time
+	probeDue  bool
 	probeOut  bool
 	probeHigh wire.PSN
 	// The round-trip estimate the probe waits for: srtt is smoothed over samples, one at a time, each
@@ -72,7 +71,7 @@ func (c *completer) probeTimeout(q *QP) time.Duration {
 // armProbe (re)starts the probe timer after a packet left at now, unless a probe already went for
 // this tail.
 func (c *completer) armProbe(q *QP, now time.Time) {
-	if c.probed {
+	if c.probeOut {
 		return
 	}
 	if pto := c.probeTimeout(q); pto > 0 {
@@ -129,7 +128,9 @@ func (c *completer) progress(q *QP, now time.Time) {
 	c.retryLeft = q.attr.RetryCnt
 	c.rnrLeft = q.attr.RNRRetry
 	c.sampleRTT(now)
-	c.probed = false
+	if c.probeOut && c.psn.After(c.probeHigh) {
+		c.probeOut = false // the probe's episode is over: the next tail may have one
+	}
 	if c.psn == q.req.psn {
 		c.timer, c.probeAt = time.Time{}, time.Time{}
 		return
@@ -218,17 +219,6 @@ func (c *completer) onAcknowledge(q *QP, now time.Time, psn wire.PSN, s wire.Syn
 			return
 		}
 		c.progress(q, now)
-		if c.probeOut {
-			// The answer to a tail-loss probe: the responder has nothing past psn, which was sent at
-			// least two round trips ago. Resend the rest.
-			c.probeOut = false
-			if c.psn != q.req.psn && psn.Before(c.probeHigh) && q.state != StateErr {
-				q.counters.ProbeRetries++
-				c.timedOut = true // the first copies may yet arrive: nothing to time
-				c.startRetry(q, now)
-				c.retrying = true
-			}
-		}
 	case wire.KindRNRNAK:
 		q.counters.RcvdRNRErr++
 		if psn.Before(c.psn) {
@@ -273,6 +263,9 @@ func (c *completer) onAcknowledge(q *QP, now time.Time, psn wire.PSN, s wire.Syn
 			}
 			if advanced {
 				c.progress(q, now)
+			}
+			if c.probeOut {
+				q.counters.ProbeRetries++ // most likely the probe's answer: it found a gap
 			}
 			c.retry(q, now)
 			return
@@ -418,8 +411,8 @@ func (c *completer) startRetry(q *QP, now time.Time) {
 func (c *completer) advance(q *QP, now time.Time) {
 	if !c.probeAt.IsZero() && !now.Before(c.probeAt) {
 		c.probeAt = time.Time{}
-		if c.psn != q.req.psn && !c.waitingRNR() && !c.probed && (q.state == StateRTS || q.state == StateSQD) {
-			c.probed, c.probeDue = true, true
+		if c.psn != q.req.psn && !c.waitingRNR() && !c.probeOut && (q.state == StateRTS || q.state == StateSQD) {
+			c.probeDue = true
 		}
 	}
 	if !c.rnrUntil.IsZero() && !now.Before(c.rnrUntil) {

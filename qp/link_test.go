@@ -84,7 +84,11 @@ type link struct {
 	hook func(l *link, from *host, p wire.Packet) [][]byte
 	// jitter, if set, adds to each packet's delivery time, which reorders packets.
 	jitter func() time.Duration
-	sent   int
+	// service, if set, makes B a slow responder: it takes a packet every service, in order, so the
+	// rest wait in a queue (bFree is when B is next free).
+	service time.Duration
+	bFree   time.Time
+	sent    int
 }
 
 type pairOpts struct {
@@ -194,6 +198,12 @@ func (l *link) pump() bool {
 				at := l.now.Add(l.delay)
 				if l.jitter != nil {
 					at = at.Add(l.jitter())
+				}
+				if l.service > 0 && h == l.a {
+					if l.bFree.After(at) {
+						at = l.bFree
+					}
+					l.bFree = at.Add(l.service)
 				}
 				l.flight = append(l.flight, frame{from: h, to: l.other(h), b: bytes.Clone(b), at: at})
 			}

@@ -108,19 +108,28 @@ func localStatus(err error) Status {
 	return StatusLocProtErr
 }
 
-// appendProbe builds the tail-loss probe (Config.TailProbe): the oldest unacknowledged request packet,
-// again, with AckReq, leaving the requester where it was. The responder answers it whatever it has
-// (an ACK if it takes it in order, a duplicate's ACK for its latest PSN otherwise), and the answer
-// says how far it got. It declines when that packet belongs to a READ or an atomic, whose replay the
-// timeout handles.
+// appendProbe builds the tail-loss probe (Config.TailProbe): the last packet sent, again, with
+// AckReq, leaving the requester where it was. A responder that has everything before it answers with
+// an ACK through it (taking it if the first copy was lost, acknowledging a duplicate otherwise), one
+// that misses earlier packets with a PSN sequence NAK for the first it misses, which starts go-back-N
+// from there. Because the probe follows the packets before it, a slow responder answers it only after
+// working through them: unlike a copy of the oldest unacknowledged packet, whose answer cannot be
+// told apart from the ACKs of that backlog, it asks for no resend of what is merely queued. RFC 8985
+// section 7.3. While a resend that a NAK started has drawn no response, the probe is instead the
+// oldest unacknowledged packet: the responder NAKs a gap only once (IBTA Vol 1 9.7.5.1.2), so a lost
+// resend of the missing packet leaves it silent to anything later. It declines when the packet
+// belongs to a READ or an atomic, whose replay the timeout handles.
 func (r *requester) appendProbe(q *QP, now time.Time, dst []byte) ([]byte, Tx, bool) {
-	psn := q.cmp.psn
+	psn := r.max.Sub(1)
+	if q.cmp.retrying {
+		psn = q.cmp.psn
+	}
 	for i := 0; i < q.sq.n; i++ {
 		w := q.sq.at(i)
-		if !w.assigned || !psn.Before(r.max) {
+		if !w.assigned || psn.Before(w.firstPSN) {
 			break
 		}
-		if psn.Before(w.firstPSN) || psn.After(w.lastPSN) {
+		if psn.After(w.lastPSN) {
 			continue
 		}
 		if w.wr.Opcode.isReadAtomic() {
@@ -134,7 +143,7 @@ func (r *requester) appendProbe(q *QP, now time.Time, dst []byte) ([]byte, Tx, b
 		if err != nil {
 			return dst, Tx{}, false
 		}
-		q.cmp.probeOut, q.cmp.probeHigh = true, r.max.Sub(1)
+		q.cmp.probeOut, q.cmp.probeHigh = true, psn
 		return out, Tx{AH: q.attr.AV, DestQPN: q.attr.DestQPN, SrcQPN: q.qpn, PacketLen: len(out) - len(dst)}, true
 	}
 	return dst, Tx{}, false
