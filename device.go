@@ -168,6 +168,8 @@ type Device struct {
 	mem   *mr.Table
 	local netip.AddrPort
 	gid   GID
+	guid  uint64
+	cm    *cmDevice
 
 	closing atomic.Bool
 
@@ -209,6 +211,7 @@ func Open(cfg Config) (*Device, error) {
 	local := netip.AddrPortFrom(cfg.Addr, cfg.Port)
 	d := &Device{cfg: cfg, clock: cfg.Clock, mem: mr.NewTable(), gid: GIDFromAddr(cfg.Addr),
 		objects: map[closer]struct{}{}, events: make(chan AsyncEvent, eventQueueLen)}
+	d.cm = newCMDevice(d)
 	var network conn.Network
 	if cfg.Network != nil {
 		network = cfg.Network.network()
@@ -217,7 +220,7 @@ func Open(cfg Config) (*Device, error) {
 		Network: network, Addr: local, OnEvent: d.onEvent, Shards: cfg.Shards, SourcePorts: cfg.SourcePorts,
 		GSO: datapath.GSOMode(cfg.GSO), NoGRO: cfg.NoGRO, RecvBuffer: cfg.RecvBuffer, MaxQPs: cfg.MaxQPs,
 		ICRC: datapath.ICRCMode(cfg.ICRC), Clock: clockAdapter{cfg.Clock}, RealClock: real,
-		CNPInterval: cfg.CNPInterval,
+		CNPInterval: cfg.CNPInterval, GSI: d.cm.handleMAD,
 	}
 	if cfg.Tracer != nil {
 		dcfg.Tracer = tracerAdapter{cfg.Tracer}
@@ -234,6 +237,8 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d.dp = dp
 	d.local = dp.LocalAddr()
+	d.guid = deriveGUID(d.local)
+	d.cm.start()
 	return d, nil
 }
 
@@ -276,6 +281,7 @@ func (d *Device) Close() error {
 	if d.closing.Swap(true) {
 		return nil
 	}
+	d.cm.close() // its last DREQs and REJs leave before the sockets close
 	err := d.dp.Close()
 	d.mu.Lock()
 	objs := d.objects
@@ -318,7 +324,10 @@ type Stats struct {
 	DrivenWaits                            uint64 // CQ waits that drove their shard (no hand-off on the way to them)
 	ParkedWaits                            uint64 // CQ waits that parked until another goroutine's completion woke them
 	EventsDropped                          uint64 // asynchronous events lost because nobody read Events
+	RxMADs, TxMADs                         uint64 // management datagrams received and sent on QP1 (the RDMA CM's)
+	DropGSI                                uint64 // packets for QP1 that are not MADs: not a UD SEND_ONLY, or another Q_Key or partition
 	QP                                     Counters
+	CM                                     CMStats // the connection manager's (Dial, Listen)
 }
 
 // Stats returns a snapshot of the device's counters.
@@ -330,7 +339,8 @@ func (d *Device) Stats() Stats {
 		DropWrongPeer: s.DropWrongPeer, DropTruncated: s.DropTruncated, DropNoRoute: s.DropNoRoute,
 		CERcvd: s.CERcvd, CNPSent: s.CNPSent, TxGSO: s.TxGSO, GSOFallback: s.GSOFallback, RxGRO: s.RxGRO,
 		DrivenWaits: s.DrivenWaits, ParkedWaits: s.ParkedWaits, DropNotReady: s.DropNotReady,
-		EventsDropped: d.eventsDropped.Load(),
+		EventsDropped: d.eventsDropped.Load(), RxMADs: s.RxMADs, TxMADs: s.TxMADs, DropGSI: s.DropGSI,
+		CM: d.cm.stats(),
 	}
 	d.dp.QPs(func(q *datapath.QP) {
 		c := Counters(q.Counters())

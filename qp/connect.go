@@ -22,18 +22,29 @@ type ConnectParams struct {
 	RetryCnt    uint8
 	RNRRetry    uint8
 	MinRNRTimer uint8
-	RdAtomic    uint8 // max_rd_atomic and max_dest_rd_atomic alike
+	// RdAtomic, when not 0, is max_rd_atomic and max_dest_rd_atomic alike, as ibv_rc_pingpong and
+	// perftest set them.
+	RdAtomic uint8
+	// MaxRdAtomic (the READs and atomics this QP may have outstanding as requester, its initiator
+	// depth) and MaxDestRdAtomic (those it accepts as responder, its responder resources) are used
+	// when RdAtomic is 0: the RDMA CM agrees on the two apart, each side's initiator depth bounded by
+	// the other's responder resources (IBTA Vol 1 12.6.5, 12.6.8).
+	MaxRdAtomic, MaxDestRdAtomic uint8
 }
 
 // Connect moves q from RESET through INIT and RTR to RTS, giving each transition the attributes it
 // requires for q's type: the sequence an application runs with ibv_modify_qp after exchanging QPNs,
 // PSNs and GIDs out of band.
 func (q *QP) Connect(now time.Time, p *ConnectParams) error {
+	rd, destRd := p.MaxRdAtomic, p.MaxDestRdAtomic
+	if p.RdAtomic != 0 {
+		rd, destRd = p.RdAtomic, p.RdAtomic
+	}
 	init := Attr{State: StateInit, AccessFlags: p.AccessFlags, QKey: p.QKey}
 	rtr := Attr{State: StateRTR, AV: p.AV, PathMTU: p.PathMTU, DestQPN: p.DestQPN, RQPSN: p.RQPSN,
-		MaxDestRdAtomic: p.RdAtomic, MinRNRTimer: p.MinRNRTimer}
+		MaxDestRdAtomic: destRd, MinRNRTimer: p.MinRNRTimer}
 	rts := Attr{State: StateRTS, SQPSN: p.SQPSN, Timeout: p.Timeout, RetryCnt: p.RetryCnt, RNRRetry: p.RNRRetry,
-		MaxRdAtomic: p.RdAtomic}
+		MaxRdAtomic: rd}
 	var masks [3]AttrMask
 	switch q.typ {
 	case RC:

@@ -161,6 +161,12 @@ type Config struct {
 	// CNPInterval is the notification point's minimum gap between CNPs to one flow, for QPs created
 	// with DCQCN.
 	CNPInterval time.Duration
+	// GSI, if set, makes the datapath QP1, the general services interface: every packet for QPN 1
+	// that is a MAD (a UD SEND_ONLY with the GSI Q_Key) is handed to GSI with its sender's address and
+	// the 256-byte payload, on the goroutine that read it; others are dropped (DropGSI). GSI must not
+	// block and must not keep mad. SendMAD sends QP1's MADs. Without it, packets for QPN 1 are dropped
+	// as any packet for a QPN nobody has.
+	GSI func(from netip.AddrPort, mad []byte, now time.Time)
 	// Linger is how long a goroutine that drove a shard from CQ.Wait keeps it after its completion
 	// came, so that its next Wait drives again without a hand-over: 1 ms unless set; negative
 	// disables driving from Wait. Packets for the shard that come meanwhile wait for the next Wait,
@@ -191,6 +197,8 @@ type Datapath struct {
 	nextShard int
 
 	stats counters
+
+	gsiPSN wire.PSN // the PSN of QP1's next packet; guarded by the mu of QP1's port
 }
 
 // Open binds the receive sockets and starts the shards.

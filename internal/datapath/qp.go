@@ -28,6 +28,7 @@ type QP struct {
 	peer  atomic.Pointer[netip.AddrPort]
 	// peerGSO caches gsoPolicy.allowed for the peer: 0 unknown, 1 no, 2 yes.
 	peerGSO atomic.Int32
+	notify  atomic.Pointer[func()] // NotifyReceive's f, called by the next packet's handler
 	sendCQ  *CQ
 	recvCQ  *CQ
 	once    sync.Once

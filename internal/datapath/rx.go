@@ -76,6 +76,10 @@ func (s *shard) receivePacket(b []byte, from netip.AddrPort, to netip.Addr, tos 
 		drop(&d.stats.dropICRC, DropICRC, pkt, idGuess)
 		return
 	}
+	if d.cfg.GSI != nil && pkt.BTH().DestQP() == wire.QPNGSI {
+		s.receiveGSI(pkt, b, from, local, tos, id, now)
+		return
+	}
 	q := d.lookup(pkt.BTH().DestQP())
 	if q == nil {
 		drop(&d.stats.dropUnknownQPN, DropUnknownQPN, pkt, id)
@@ -131,6 +135,9 @@ func (q *QP) deliver(pkt wire.Packet, from netip.AddrPort, to netip.Addr, tos ui
 	}
 	if q.typ == qp.UD {
 		fillGRH(&info.GRH, from.Addr(), to, tos, pkt.Len())
+	}
+	if f := q.notify.Load(); f != nil && q.notify.CompareAndSwap(f, nil) {
+		(*f)()
 	}
 	q.mu.Lock()
 	if !q.closed {
