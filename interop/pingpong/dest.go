@@ -95,6 +95,13 @@ func (d Dest) udLocalLine() string {
 	return fmt.Sprintf("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x: GID %s", d.LID, uint32(d.QPN), uint32(d.PSN), gidText(d.GID))
 }
 
+// MaxQP is the number of address messages srq_pingpong sends each way, whatever -q says (its MAX_QP):
+// the Dests of its QPs, then zero Dests. rdma-core libibverbs/examples/srq_pingpong.c,
+// pp_client_exch_dest and pp_server_exch_dest loop to MAX_QP (256), and rdma-core 44's
+// ibv_srq_pingpong writes and reads 256 messages of DestLen bytes (checked in its binary). Its -q is
+// at most MaxQP-1 ("num_qp %d must be less than %d").
+const MaxQP = 256
+
 // ExchangeClient runs the client's side of the exchange on conn, as pp_client_exch_dest and the
 // client's part of main in rc_pingpong.c: it writes local, reads the server's Dest, calls connect with
 // it (which brings the QP to RTR and RTS and posts the receives), and then writes "done", which tells
@@ -102,16 +109,107 @@ func (d Dest) udLocalLine() string {
 //
 // A Go test can connect its own QP to a real ibv_rc_pingpong server with it.
 func ExchangeClient(conn io.ReadWriter, local Dest, connect func(remote Dest) error) (Dest, error) {
-	if _, err := conn.Write(local.Marshal()); err != nil {
-		return Dest{}, fmt.Errorf("couldn't send local address: %w", err)
-	}
-	msg := make([]byte, DestLen)
-	if _, err := io.ReadFull(conn, msg); err != nil {
-		return Dest{}, fmt.Errorf("couldn't read remote address: %w", err)
-	}
-	rem, err := ParseDest(msg)
-	if err != nil {
+	rem, err := exchangeClient(conn, []Dest{local}, 1, func(r []Dest) error { return connect(r[0]) })
+	if len(rem) == 0 {
 		return Dest{}, err
+	}
+	return rem[0], err
+}
+
+// ExchangeServer runs the server's side of the exchange on conn, as pp_server_exch_dest: it reads the
+// client's Dest, calls connect with it, so that the QP is ready before the client learns where it
+// is, writes local and waits for the client's "done". It returns the client's Dest.
+func ExchangeServer(conn io.ReadWriter, local Dest, connect func(remote Dest) error) (Dest, error) {
+	rem, err := exchangeServer(conn, []Dest{local}, 1, func(r []Dest) error { return connect(r[0]) })
+	if len(rem) == 0 {
+		return Dest{}, err
+	}
+	return rem[0], err
+}
+
+// ExchangeSRQClient is ExchangeClient for ibv_srq_pingpong: it writes MaxQP messages, local's Dests
+// (at most MaxQP) and then zero Dests, reads the server's MaxQP, calls connect with the QPs the server
+// announced, and writes "done". The server's QPs are its leading messages with a QPN other than 0
+// (no RC QP has QPN 0): as many as its -q. It returns them.
+func ExchangeSRQClient(conn io.ReadWriter, local []Dest, connect func(remote []Dest) error) ([]Dest, error) {
+	if len(local) > MaxQP {
+		return nil, fmt.Errorf("%d local addresses: at most %d", len(local), MaxQP)
+	}
+	return exchangeClient(conn, local, MaxQP, connect)
+}
+
+// ExchangeSRQServer is ExchangeServer for ibv_srq_pingpong: it reads the client's MaxQP messages,
+// calls connect with the QPs the client announced (as ExchangeSRQClient finds them), writes local's
+// Dests and zero Dests up to MaxQP, and waits for "done". It returns the client's QPs.
+//
+// When connect fails it still answers, with MaxQP zero Dests (no QP at all), before it returns the
+// error: srq_pingpong's client reads until it has all MaxQP messages and spins forever on a closed
+// connection, while with zero Dests it fails at once (on RoCE its QPs cannot reach RTR without a
+// GID: "Failed to modify QP[0] to RTR"). Real addresses would not do: rxe retries a retry_cnt of 7
+// forever, so its QPs would send to the closed device until killed.
+func ExchangeSRQServer(conn io.ReadWriter, local []Dest, connect func(remote []Dest) error) ([]Dest, error) {
+	if len(local) > MaxQP {
+		return nil, fmt.Errorf("%d local addresses: at most %d", len(local), MaxQP)
+	}
+	return exchangeServer(conn, local, MaxQP, connect)
+}
+
+// writeDests writes n messages: local's Dests, then zero Dests.
+func writeDests(w io.Writer, local []Dest, n int) error {
+	b := make([]byte, 0, n*DestLen)
+	for i := range n {
+		var d Dest
+		if i < len(local) {
+			d = local[i]
+		}
+		b = d.Append(b)
+	}
+	_, err := w.Write(b)
+	return err
+}
+
+// readDests reads n messages.
+func readDests(r io.Reader, n int) ([]byte, error) {
+	b := make([]byte, n*DestLen)
+	for i := range n {
+		if _, err := io.ReadFull(r, b[i*DestLen:(i+1)*DestLen]); err != nil {
+			if n > 1 {
+				return nil, fmt.Errorf("couldn't read remote address [%d]: %w", i, err)
+			}
+			return nil, fmt.Errorf("couldn't read remote address: %w", err)
+		}
+	}
+	return b, nil
+}
+
+// parseDests parses n messages. Of several, it returns those before the first with QPN 0, the QPs
+// the peer announced; a single message (rc_pingpong's exchange) counts whatever it says.
+func parseDests(b []byte, n int) ([]Dest, error) {
+	var rem []Dest
+	for i := range n {
+		d, err := ParseDest(b[i*DestLen : (i+1)*DestLen])
+		if err != nil {
+			return rem, err
+		}
+		if n > 1 && d.QPN == 0 {
+			break
+		}
+		rem = append(rem, d)
+	}
+	return rem, nil
+}
+
+func exchangeClient(conn io.ReadWriter, local []Dest, n int, connect func(remote []Dest) error) ([]Dest, error) {
+	if err := writeDests(conn, local, n); err != nil {
+		return nil, fmt.Errorf("couldn't send local address: %w", err)
+	}
+	b, err := readDests(conn, n)
+	if err != nil {
+		return nil, err
+	}
+	rem, err := parseDests(b, n)
+	if err != nil {
+		return rem, err
 	}
 	if err := connect(rem); err != nil {
 		return rem, err
@@ -122,22 +220,21 @@ func ExchangeClient(conn io.ReadWriter, local Dest, connect func(remote Dest) er
 	return rem, nil
 }
 
-// ExchangeServer runs the server's side of the exchange on conn, as pp_server_exch_dest: it reads the
-// client's Dest, calls connect with it, so that the QP is ready before the client learns where it
-// is, writes local and waits for the client's "done". It returns the client's Dest.
-func ExchangeServer(conn io.ReadWriter, local Dest, connect func(remote Dest) error) (Dest, error) {
-	msg := make([]byte, DestLen)
-	if _, err := io.ReadFull(conn, msg); err != nil {
-		return Dest{}, fmt.Errorf("couldn't read remote address: %w", err)
+func exchangeServer(conn io.ReadWriter, local []Dest, n int, connect func(remote []Dest) error) ([]Dest, error) {
+	b, err := readDests(conn, n)
+	if err != nil {
+		return nil, err
 	}
-	rem, err := ParseDest(msg)
+	rem, err := parseDests(b, n)
 	if err == nil {
-		err = connect(rem)
+		if err = connect(rem); err != nil && n > 1 {
+			writeDests(conn, nil, n) // see ExchangeSRQServer
+		}
 	}
 	if err != nil {
 		return rem, fmt.Errorf("couldn't connect to remote QP: %w", err)
 	}
-	if _, err := conn.Write(local.Marshal()); err != nil {
+	if err := writeDests(conn, local, n); err != nil {
 		return rem, fmt.Errorf("couldn't send local address: %w", err)
 	}
 	done := make([]byte, len(doneMsg))

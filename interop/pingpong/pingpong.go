@@ -1,7 +1,7 @@
-// Package pingpong is a goroce peer for rdma-core's ibv_rc_pingpong, ibv_uc_pingpong and
-// ibv_ud_pingpong (libibverbs/examples/rc_pingpong.c, uc_pingpong.c, ud_pingpong.c): the same TCP
-// exchange of QP addresses, the same traffic and the same output, so that either side of a run may be
-// goroce or the C tool.
+// Package pingpong is a goroce peer for rdma-core's ibv_rc_pingpong, ibv_uc_pingpong, ibv_ud_pingpong
+// and ibv_srq_pingpong (libibverbs/examples/rc_pingpong.c, uc_pingpong.c, ud_pingpong.c,
+// srq_pingpong.c): the same TCP exchange of QP addresses, the same traffic and the same output, so
+// that either side of a run may be goroce or the C tool.
 //
 // A server listens, a client connects, and both print what the C tools print:
 //
@@ -10,9 +10,12 @@
 //
 //	res, err := pingpong.Connect(ctx, "10.0.0.2:18515", pingpong.DefaultOptions(goroce.RC), os.Stdout)
 //
+// DefaultSRQOptions gives ibv_srq_pingpong's run: several RC queue pairs (-q) that share one shared
+// receive queue.
+//
 // Listen accepts port 0 (an ephemeral port; Server.Addr says which), so tests need no fixed port.
-// Dest, ExchangeClient and ExchangeServer are the exchange itself, for a test that brings its own
-// queue pair to a C tool.
+// Dest, ExchangeClient and ExchangeServer (ExchangeSRQClient and ExchangeSRQServer for srq_pingpong)
+// are the exchange itself, for a test that brings its own queue pairs to a C tool.
 //
 // The goroce devices this package opens use the RoCEv2 port, goroce.DefaultPort, because the C tools'
 // peers (rxe, RoCE NICs) send there.
@@ -64,8 +67,12 @@ var (
 	// ErrBadOptions: Options.Validate refused the options.
 	ErrBadOptions = errors.New("pingpong: invalid options")
 	// ErrBadData: with Options.Check, the buffer after the run does not hold the client's pattern
-	// (rc_pingpong -c's "invalid data in page").
+	// (rc_pingpong -c's "invalid data in page"), or a receive did not carry Options.Size bytes.
 	ErrBadData = errors.New("received data differs from the sent pattern")
+	// ErrQPCount: the two sides of an SRQ run have different numbers of QPs (-q). srq_pingpong does
+	// not notice: it connects its QPs to whatever the messages say, QPN 0 included, and on rxe, which
+	// retries a retry_cnt of 7 forever (rxe_comp.c), a QP without a peer sends until it is killed.
+	ErrQPCount = errors.New("the two sides run different numbers of QPs")
 )
 
 // CompletionError is a work request of the run that failed, as rc_pingpong reports "Failed status
@@ -90,19 +97,31 @@ type Options struct {
 	// Type is the transport and so the tool: goroce.RC (ibv_rc_pingpong), goroce.UC (ibv_uc_pingpong)
 	// or goroce.UD (ibv_ud_pingpong).
 	Type goroce.QPType
+	// SRQ makes the run ibv_srq_pingpong's, with Type RC: NumQP queue pairs whose receives come from
+	// one shared receive queue of RxDepth receives, one CQ of RxDepth+NumQP completions for them all,
+	// and the exchange of MaxQP address messages each way (ExchangeSRQClient). Each QP runs its own
+	// pingpong: the client sends first on every QP, and each sends its next message once its previous
+	// send and a receive on it have completed.
+	SRQ bool
+	// NumQP is the number of queue pairs of an SRQ run (srq_pingpong's -q): 16, at most MaxQP-1.
+	// Other runs have one and leave it 0.
+	NumQP int
 	// Size is the size of a message in bytes (-s): 4096, or 2048 for UD, where a message is one
 	// datagram and must fit the MTU.
 	Size int
 	// MTU is the path MTU (-m): 1024, or 2048 for UD. ud_pingpong has no -m; its datagrams are bounded
 	// by the port's MTU, which goroce takes from MTU, so that its default 2048-byte message fits.
 	MTU goroce.MTU
-	// RxDepth is the number of receives kept posted (-r): 500; at least 2.
+	// RxDepth is the number of receives kept posted (-r): 500; at least 2, and at least NumQP.
 	RxDepth int
-	// Iters is the number of exchanges (-n): 1000.
+	// Iters is the number of exchanges (-n): 1000. An SRQ run counts them across all its QPs, as
+	// srq_pingpong's loop does (its usage says "per QP"; its loop does not).
 	Iters int
 	// Check validates the received buffer (-c). rc_pingpong's client puts a 0 at the start of each
-	// page of its buffer and the server checks those bytes; goroce checks every byte, on both sides
-	// (not for UD, like ud_pingpong, which has no -c).
+	// page of its buffer (filled with 0x7b) and the server checks those bytes; goroce checks every
+	// byte, on both sides, and that every receive carried Size bytes (not for UD). srq_pingpong's
+	// buffer is all zeros, so its check cannot fail; goroce's SRQ run receives into a buffer of its
+	// own that starts filled with 0x7b, and checks that received zeros replaced every byte.
 	Check bool
 	// Addr is the local IP address of the goroce device (goroce's -a). The zero Addr takes the local
 	// address of the TCP connection, as rc_pingpong's device is the one the route points to.
@@ -120,6 +139,22 @@ func DefaultOptions(t goroce.QPType) Options {
 		o.Size, o.MTU = 2048, goroce.MTU2048
 	}
 	return o
+}
+
+// DefaultSRQOptions returns ibv_srq_pingpong's defaults: 16 RC queue pairs on one shared receive
+// queue, 4096-byte messages, path MTU 1024, 500 receives, 1000 exchanges.
+func DefaultSRQOptions() Options {
+	o := DefaultOptions(goroce.RC)
+	o.SRQ, o.NumQP = true, 16
+	return o
+}
+
+// numQP returns the number of queue pairs of the run.
+func (o *Options) numQP() int {
+	if o.SRQ {
+		return o.NumQP
+	}
+	return 1
 }
 
 // Validate reports options the tools would refuse, as an error matching ErrBadOptions.
@@ -140,13 +175,25 @@ func (o *Options) Validate() error {
 		return bad("rx depth %d: at least 2", o.RxDepth)
 	case o.Iters <= 0:
 		return bad("iters %d", o.Iters)
+	case o.SRQ && o.Type != goroce.RC:
+		return bad("an SRQ run is RC, not %v", o.Type)
+	case o.SRQ && (o.NumQP < 1 || o.NumQP >= MaxQP):
+		return bad("%d QPs: 1 to %d", o.NumQP, MaxQP-1)
+	case !o.SRQ && o.NumQP > 1:
+		return bad("%d QPs: only an SRQ run has more than one", o.NumQP)
+	case o.SRQ && o.RxDepth < o.NumQP:
+		return bad("rx depth %d is too small for %d QPs: at least one receive per QP", o.RxDepth, o.NumQP)
 	}
 	return nil
 }
 
 // Result is what a run measured, the figures of rc_pingpong's last two lines.
 type Result struct {
+	// Local and Remote are the addresses of the run's first QP and of its peer.
 	Local, Remote Dest
+	// LocalQPs and RemoteQPs are the addresses of all the run's QPs and of their peers, in order: one
+	// each but in an SRQ run.
+	LocalQPs, RemoteQPs []Dest
 	// Bytes is what the run moved both ways: Size × Iters × 2.
 	Bytes int64
 	Iters int
@@ -274,25 +321,35 @@ func (s *session) close() {
 	}
 }
 
-// peer is the verbs objects of one side, as rc_pingpong's struct pingpong_context.
+// peer is the verbs objects of one side, as the tools' struct pingpong_context.
 type peer struct {
-	dev     *goroce.Device
-	pd      *goroce.PD
-	mr      *goroce.MR
-	cq      *goroce.CQ
-	qp      *goroce.QP
-	size    int
-	ud      bool
-	ah      *goroce.AddressHandle // UD: the peer
-	peerQPN goroce.QPN            // UD: the peer's QPN
+	dev  *goroce.Device
+	pd   *goroce.PD
+	mr   *goroce.MR
+	cq   *goroce.CQ
+	srq  *goroce.SRQ // SRQ runs: the receives of every QP
+	qps  []*goroce.QP
+	qpn  map[goroce.QPN]int // index in qps, as srq_pingpong's find_qp
+	send goroce.SGE         // what each send sends
+	recv goroce.SGE         // where each receive lands
+	ud   bool
+	ah   *goroce.AddressHandle // UD: the peer
+	// peerQPN is a UD run's peer QPN.
+	peerQPN goroce.QPN
 }
 
 // newPeer opens the device at addr, creates the run's objects as pp_init_ctx does and prints the local
-// address line.
+// address lines.
 func newPeer(addr netip.Addr, o Options, client bool, w io.Writer) (*peer, error) {
-	r := &peer{size: o.Size, ud: o.Type == goroce.UD}
+	r := &peer{ud: o.Type == goroce.UD, qpn: make(map[goroce.QPN]int)}
+	cfg := goroce.Config{Addr: addr, Port: goroce.DefaultPort, Network: o.Network}
+	if o.SRQ {
+		// All the QPs on one shard: their receives land in one buffer, which goroce then writes
+		// from one goroutine at a time (and the waiter in CQ.Wait drives that shard itself).
+		cfg.Shards = 1
+	}
 	var err error
-	if r.dev, err = goroce.Open(goroce.Config{Addr: addr, Port: goroce.DefaultPort, Network: o.Network}); err != nil {
+	if r.dev, err = goroce.Open(cfg); err != nil {
 		return nil, err
 	}
 	fail := func(err error) (*peer, error) {
@@ -303,79 +360,144 @@ func newPeer(addr netip.Addr, o Options, client bool, w io.Writer) (*peer, error
 		return fail(err)
 	}
 	bufLen := o.Size
-	if r.ud {
+	switch {
+	case r.ud:
 		bufLen += grhLen
+	case o.SRQ:
+		bufLen *= 2
 	}
 	if r.mr, err = r.pd.AllocMR(bufLen, goroce.LocalWrite); err != nil {
 		return fail(err)
 	}
 	buf := r.mr.Bytes()
-	for i := range buf {
-		buf[i] = fill
+	switch {
+	case r.ud:
+		r.send, r.recv = r.mr.SGE(grhLen, o.Size), r.mr.SGE(0, bufLen)
+	case o.SRQ:
+		// srq_pingpong sends from and receives into one buffer of zeros (memset 0), where every QP
+		// receives at once. goroce sends the same zeros from the first half of its region, which
+		// nothing writes, and receives into the second half, so that sends never read what a
+		// receive is writing. With Check, the second half starts filled with rc_pingpong's 0x7b,
+		// which the received zeros must replace.
+		r.send, r.recv = r.mr.SGE(0, o.Size), r.mr.SGE(o.Size, o.Size)
+		if o.Check {
+			fillBytes(buf[o.Size:], fill)
+		}
+	default:
+		r.send, r.recv = r.mr.SGE(0, o.Size), r.mr.SGE(0, o.Size)
 	}
-	if client && o.Check && !r.ud {
-		for i := 0; i < len(buf); i += os.Getpagesize() {
-			buf[i] = 0 // rc_pingpong writes i / page_size % sizeof(char): always 0
+	if !o.SRQ {
+		fillBytes(buf, fill)
+		if client && o.Check && !r.ud {
+			for i := 0; i < len(buf); i += os.Getpagesize() {
+				buf[i] = 0 // rc_pingpong writes i / page_size % sizeof(char): always 0
+			}
 		}
 	}
-	if r.cq, err = r.dev.CreateCQ(o.RxDepth + 1); err != nil {
+	n := o.numQP()
+	if r.cq, err = r.dev.CreateCQ(o.RxDepth + n); err != nil {
 		return fail(err)
 	}
-	r.qp, err = r.pd.CreateQP(goroce.QPInit{Type: o.Type, SendCQ: r.cq, RecvCQ: r.cq,
-		MaxSendWR: 1, MaxRecvWR: o.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1})
-	if err != nil {
-		return fail(err)
+	init := goroce.QPInit{Type: o.Type, SendCQ: r.cq, RecvCQ: r.cq, MaxSendWR: 1, MaxRecvWR: o.RxDepth,
+		MaxSendSGE: 1, MaxRecvSGE: 1}
+	if o.SRQ {
+		if r.srq, err = r.pd.CreateSRQ(o.RxDepth, 1); err != nil {
+			return fail(fmt.Errorf("couldn't create SRQ: %w", err))
+		}
+		init.SRQ, init.MaxRecvWR, init.MaxRecvSGE = r.srq, 0, 0
 	}
-	if r.ud {
-		fmt.Fprintln(w, r.local().udLocalLine())
-	} else {
-		fmt.Fprintln(w, r.local().line("local address: "))
+	for i := range n {
+		qp, err := r.pd.CreateQP(init)
+		if err != nil {
+			return fail(fmt.Errorf("couldn't create QP[%d]: %w", i, err))
+		}
+		r.qps = append(r.qps, qp)
+		r.qpn[qp.QPN()] = i
+	}
+	if o.SRQ {
+		// srq_pingpong posts its receives before the exchange: the SRQ takes them in any QP state.
+		if k := r.postRecv(o.RxDepth); k < o.RxDepth {
+			return fail(fmt.Errorf("couldn't post receive (%d)", k))
+		}
+	}
+	for _, d := range r.locals() {
+		if r.ud {
+			fmt.Fprintln(w, d.udLocalLine())
+		} else {
+			fmt.Fprintln(w, d.line("local address: "))
+		}
 	}
 	return r, nil
 }
 
-func (r *peer) local() Dest { return DestFromEndpoint(r.qp.Endpoint()) }
-
-func (r *peer) postRecv(n int) int {
-	sge := r.mr.SGE(0, r.size)
-	if r.ud {
-		sge = r.mr.SGE(0, r.size+grhLen)
+// locals returns the Dests of the run's QPs.
+func (r *peer) locals() []Dest {
+	d := make([]Dest, len(r.qps))
+	for i, qp := range r.qps {
+		d[i] = DestFromEndpoint(qp.Endpoint())
 	}
-	for i := 0; i < n; i++ {
-		if r.qp.PostRecv(&goroce.RecvWR{WRID: recvWRID, SGL: []goroce.SGE{sge}}) != nil {
+	return d
+}
+
+// postRecv posts n receives, on the SRQ or on the one QP, and returns how many it posted.
+func (r *peer) postRecv(n int) int {
+	wr := &goroce.RecvWR{WRID: recvWRID, SGL: []goroce.SGE{r.recv}}
+	for i := range n {
+		var err error
+		if r.srq != nil {
+			err = r.srq.PostRecv(wr)
+		} else {
+			err = r.qps[0].PostRecv(wr)
+		}
+		if err != nil {
 			return i
 		}
 	}
 	return n
 }
 
-func (r *peer) postSend() error {
+// postSend posts the next message on QP i.
+func (r *peer) postSend(i int) error {
+	wr := &goroce.SendWR{WRID: sendWRID, Opcode: goroce.WRSend, Flags: goroce.Signaled, SGL: []goroce.SGE{r.send}}
 	if r.ud {
-		return r.qp.PostSend(&goroce.SendWR{WRID: sendWRID, Opcode: goroce.WRSend, Flags: goroce.Signaled,
-			SGL: []goroce.SGE{r.mr.SGE(grhLen, r.size)}, AH: r.ah, RemoteQPN: r.peerQPN, RemoteQKey: UDQKey})
+		wr.AH, wr.RemoteQPN, wr.RemoteQKey = r.ah, r.peerQPN, UDQKey
 	}
-	return r.qp.PostSend(&goroce.SendWR{WRID: sendWRID, Opcode: goroce.WRSend, Flags: goroce.Signaled,
-		SGL: []goroce.SGE{r.mr.SGE(0, r.size)}})
+	return r.qps[i].PostSend(wr)
 }
 
-// connect brings the QP to RTS toward the peer, as pp_connect_ctx, and posts the receives.
-func (r *peer) connect(rem Dest, tcpPeer netip.Addr, o Options) error {
-	peer := rem.Endpoint()
-	if rem.GID == (goroce.GID{}) {
-		// The peer ran without -g, so it sent no GID; RoCE needs one: take the TCP peer's address.
-		peer.GID = goroce.GIDFromAddr(tcpPeer)
+// connect brings each QP to RTS toward its peer in rem, as pp_connect_ctx, and posts the receives of
+// a run without an SRQ. rem holds the QPs the peer announced: one per local QP.
+func (r *peer) connect(rem []Dest, tcpPeer netip.Addr, o Options) error {
+	switch {
+	case len(rem) == 0:
+		// What a goroce server answers when the numbers differ (ExchangeSRQServer).
+		return fmt.Errorf("%w: the peer announced no QPs (it refused this side's %d)", ErrQPCount, len(r.qps))
+	case len(rem) != len(r.qps):
+		return fmt.Errorf("%w: the peer announced %d QPs, this side runs %d (-q)", ErrQPCount, len(rem), len(r.qps))
 	}
+	// The tools' attributes: rnr_retry 7 (forever), max_rd_atomic 1, qp_access_flags 0 (SENDs only).
 	opts := goroce.DefaultConnectOptions()
-	// ibv_rc_pingpong's attributes: rnr_retry 7 (forever), max_rd_atomic 1.
-	opts.MTU, opts.RdAtomic, opts.QKey, opts.RNRRetry = o.MTU, 1, UDQKey, 7
-	if err := r.qp.Connect(peer, &opts); err != nil {
-		return fmt.Errorf("failed to modify QP to RTS: %w", err)
+	opts.MTU, opts.RdAtomic, opts.QKey, opts.RNRRetry, opts.Access = o.MTU, 1, UDQKey, 7, 0
+	for i, qp := range r.qps {
+		peer := rem[i].Endpoint()
+		if rem[i].GID == (goroce.GID{}) {
+			// The peer ran without -g, so it sent no GID; RoCE needs one: take the TCP peer's address.
+			peer.GID = goroce.GIDFromAddr(tcpPeer)
+		}
+		if err := qp.Connect(peer, &opts); err != nil {
+			if len(r.qps) > 1 {
+				return fmt.Errorf("failed to modify QP[%d] to RTS: %w", i, err)
+			}
+			return fmt.Errorf("failed to modify QP to RTS: %w", err)
+		}
+		if r.ud {
+			r.ah, r.peerQPN = goroce.AH(peer.GID.Addr()), rem[i].QPN
+		}
 	}
-	if r.ud {
-		r.ah, r.peerQPN = goroce.AH(peer.GID.Addr()), rem.QPN
-	}
-	if n := r.postRecv(o.RxDepth); n < o.RxDepth {
-		return fmt.Errorf("couldn't post receive (%d)", n)
+	if r.srq == nil {
+		if n := r.postRecv(o.RxDepth); n < o.RxDepth {
+			return fmt.Errorf("couldn't post receive (%d)", n)
+		}
 	}
 	return nil
 }
@@ -383,9 +505,10 @@ func (r *peer) connect(rem Dest, tcpPeer netip.Addr, o Options) error {
 // run runs the exchange on conn and then the traffic. Without a device yet, it opens one on the TCP
 // connection's local address.
 //
-// The traffic is rc_pingpong's algorithm: both sides keep RxDepth receives posted; the client sends
-// first; each side sends its next message once its previous send and a receive have completed; an
-// iteration is one completed receive and one completed send.
+// The traffic is rc_pingpong's algorithm, per QP in an SRQ run as srq_pingpong's: RxDepth receives
+// are kept posted (reposted once no more than one per QP is left); the client sends first on each QP;
+// each QP sends its next message once its previous send and a receive on it have completed, until
+// Iters sends have completed; the run ends when Iters sends and Iters receives have completed.
 func (s *session) run(ctx context.Context, conn net.Conn) (Result, error) {
 	defer conn.Close()
 	stopConn := context.AfterFunc(ctx, func() { conn.Close() })
@@ -402,13 +525,21 @@ func (s *session) run(ctx context.Context, conn net.Conn) (Result, error) {
 		}
 	}
 	r := s.r
-	res := Result{Local: r.local(), Iters: o.Iters, Bytes: int64(o.Size) * int64(o.Iters) * 2}
-	connect := func(rem Dest) error { return r.connect(rem, tcpPeer, o) }
+	res := Result{LocalQPs: r.locals(), Iters: o.Iters, Bytes: int64(o.Size) * int64(o.Iters) * 2}
+	res.Local = res.LocalQPs[0]
+	connect := func(rem []Dest) error { return r.connect(rem, tcpPeer, o) }
+	msgs := 1
+	if o.SRQ {
+		msgs = MaxQP
+	}
 	var err error
 	if client {
-		res.Remote, err = ExchangeClient(conn, res.Local, connect)
+		res.RemoteQPs, err = exchangeClient(conn, res.LocalQPs, msgs, connect)
 	} else {
-		res.Remote, err = ExchangeServer(conn, res.Local, connect)
+		res.RemoteQPs, err = exchangeServer(conn, res.LocalQPs, msgs, connect)
+	}
+	if len(res.RemoteQPs) > 0 {
+		res.Remote = res.RemoteQPs[0]
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -417,33 +548,53 @@ func (s *session) run(ctx context.Context, conn net.Conn) (Result, error) {
 		return res, err
 	}
 	conn.Close()
-	fmt.Fprintln(w, res.Remote.line("remote address:"))
+	for _, d := range res.RemoteQPs {
+		fmt.Fprintln(w, d.line("remote address:"))
+	}
 
-	pending := recvWRID
-	if client {
-		if err := r.postSend(); err != nil {
-			return res, fmt.Errorf("couldn't post send: %w", err)
+	n := len(r.qps)
+	pending := make([]int, n)
+	for i := range pending {
+		pending[i] = recvWRID
+		if client {
+			if err := r.postSend(i); err != nil {
+				return res, fmt.Errorf("couldn't post send: %w", err)
+			}
+			pending[i] |= sendWRID
 		}
-		pending |= sendWRID
 	}
 	start := time.Now()
 	routs := o.RxDepth
 	rcnt, scnt := 0, 0
-	wc := make([]goroce.Completion, 2)
+	wc := make([]goroce.Completion, 2) // rc_pingpong polls two at a time
+	if o.SRQ {
+		wc = make([]goroce.Completion, o.RxDepth+n) // srq_pingpong: as many as may be queued
+	}
 	for rcnt < o.Iters || scnt < o.Iters {
-		n, err := r.cq.Wait(ctx, wc)
+		// The tools poll unless -e makes them sleep on the CQ; goroce always sleeps (CQ.Wait): the
+		// waiter receives its QPs' packets itself, while a goroutine that spins on CQ.Poll keeps the
+		// Go scheduler from polling the network (it then does so every 10 ms from sysmon), which made
+		// a 1-byte pingpong between two goroce processes take 9.4 ms an iteration instead of 42 us.
+		k, err := r.cq.Wait(ctx, wc)
 		if err != nil {
 			return res, fmt.Errorf("poll CQ failed: %w (%d sends, %d receives completed)", err, scnt, rcnt)
 		}
-		for _, e := range wc[:n] {
+		for _, e := range wc[:k] {
 			if e.Status != goroce.StatusSuccess {
 				return res, &CompletionError{Completion: e}
+			}
+			i, ok := r.qpn[e.QPN]
+			if !ok {
+				return res, fmt.Errorf("couldn't find QPN %06x", uint32(e.QPN))
 			}
 			switch e.WRID {
 			case sendWRID:
 				scnt++
 			case recvWRID:
-				if routs--; routs <= 1 {
+				if o.Check && !r.ud && int(e.ByteLen) != o.Size {
+					return res, fmt.Errorf("%w: a receive of %d bytes on QPN %06x, want %d", ErrBadData, e.ByteLen, uint32(e.QPN), o.Size)
+				}
+				if routs--; routs <= n {
 					routs += r.postRecv(o.RxDepth - routs)
 					if routs < o.RxDepth {
 						return res, fmt.Errorf("couldn't post receive (%d)", routs)
@@ -453,12 +604,12 @@ func (s *session) run(ctx context.Context, conn net.Conn) (Result, error) {
 			default:
 				return res, fmt.Errorf("completion for unknown wr_id %d", e.WRID)
 			}
-			pending &^= int(e.WRID)
-			if scnt < o.Iters && pending == 0 {
-				if err := r.postSend(); err != nil {
+			pending[i] &^= int(e.WRID)
+			if scnt < o.Iters && pending[i] == 0 {
+				if err := r.postSend(i); err != nil {
 					return res, fmt.Errorf("couldn't post send: %w", err)
 				}
-				pending = recvWRID | sendWRID
+				pending[i] = recvWRID | sendWRID
 			}
 		}
 	}
@@ -466,10 +617,6 @@ func (s *session) run(ctx context.Context, conn net.Conn) (Result, error) {
 	usec := res.usec()
 	fmt.Fprintf(w, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", res.Bytes, usec/1e6, res.MbitPerSec())
 	fmt.Fprintf(w, "%d iters in %.2f seconds = %.2f usec/iter\n", res.Iters, usec/1e6, res.UsecPerIter())
-	var bad error
-	if o.Check && !r.ud {
-		bad = r.check(w)
-	}
 	if o.Type == goroce.RC {
 		t := time.NewTimer(linger)
 		select {
@@ -478,21 +625,32 @@ func (s *session) run(ctx context.Context, conn net.Conn) (Result, error) {
 			t.Stop()
 		}
 	}
-	return res, bad
+	// The run is over: close the device, which ends every write into the buffer (an SRQ peer's
+	// extra messages may still be arriving), and check what the buffer holds. Closing deregisters
+	// the region, which then shows no bytes: keep them.
+	buf := r.mr.Bytes()
+	r.dev.Close()
+	if o.Check && !r.ud {
+		return res, check(w, buf, o)
+	}
+	return res, nil
 }
 
-// check verifies the buffer after a run. Both sides send from and receive into one buffer, so after
-// the run each holds the client's pattern: the fill byte everywhere but a 0 at the start of each page.
-// rc_pingpong checks the first byte of each page on the server; goroce checks every byte, on both
-// sides, and prints rc_pingpong's line for each bad page.
-func (r *peer) check(w io.Writer) error {
+// check verifies buf, the region's bytes, after a run. In rc_pingpong's run both sides send from and receive into
+// one buffer, so after the run each holds the client's pattern: the fill byte everywhere but a 0 at the
+// start of each page. In an SRQ run the receive half must hold srq_pingpong's zeros. The tools check the
+// first byte of each page on the server; goroce checks every byte, on both sides, and prints their line
+// for each bad page.
+func check(w io.Writer, buf []byte, o Options) error {
 	pageSize := os.Getpagesize()
 	var bad error
-	buf := r.mr.Bytes()
+	if o.SRQ {
+		buf = buf[o.Size:]
+	}
 	for p := 0; p < len(buf); p += pageSize {
 		for i := p; i < min(p+pageSize, len(buf)); i++ {
 			want := byte(fill)
-			if i == p {
+			if i == p || o.SRQ {
 				want = 0
 			}
 			if buf[i] != want {
@@ -503,6 +661,13 @@ func (r *peer) check(w io.Writer) error {
 		}
 	}
 	return bad
+}
+
+// fillBytes sets every byte of b to c.
+func fillBytes(b []byte, c byte) {
+	for i := range b {
+		b[i] = c
+	}
 }
 
 // addrOf returns the IP address of a TCP address, or the zero Addr for any other.
