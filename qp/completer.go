@@ -23,13 +23,16 @@ type completer struct {
 	retrying bool
 
 	// The tail-loss probe (Config.TailProbe): probeAt is when it is due, zero when none is armed;
-	// probeDue asks AppendPacket to send it. probeOut says a probe is out: it was a copy of probeHigh,
-	// the last packet sent, and no other probe goes until an ACK covers probeHigh or a retry starts
-	// (one probe per tail, as RFC 8985 section 7.3 allows one per episode). The probe's answer needs
-	// no reading of its own: the ACK or PSN sequence NAK it draws does what any ACK or NAK does.
+	// probeDue asks AppendPacket to send it. probeOut says a probe is out: the latest was a copy of
+	// probeHigh, the last packet sent. Its episode ends when an ACK covers probeHigh or a retry starts;
+	// until then only maxProbes go, each after twice the wait of the one before, and then the local ACK
+	// timeout alone is left (RFC 8985 section 7.3 sends one per episode; a second here costs one more
+	// duplicate and saves the ACK timeout when the first probe is lost). The probe's answer needs no
+	// reading of its own: the ACK or PSN sequence NAK it draws does what any ACK or NAK does.
 	probeAt   time.Time
 	probeDue  bool
 	probeOut  bool
+	probes    uint8 // sent in this episode
 	probeHigh wire.PSN
 	// The round-trip estimate the probe waits for: srtt is smoothed over samples, one at a time, each
 	// the wait for the ACK of a packet with AckReq (rttPSN, sent at rttSent). A retry voids the sample
@@ -71,11 +74,11 @@ func (c *completer) probeTimeout(q *QP) time.Duration {
 // armProbe (re)starts the probe timer after a packet left at now, unless a probe already went for
 // this tail.
 func (c *completer) armProbe(q *QP, now time.Time) {
-	if c.probeOut {
+	if c.probes >= maxProbes {
 		return
 	}
 	if pto := c.probeTimeout(q); pto > 0 {
-		c.probeAt = now.Add(pto)
+		c.probeAt = now.Add(pto << c.probes)
 	}
 }
 
@@ -129,7 +132,7 @@ func (c *completer) progress(q *QP, now time.Time) {
 	c.rnrLeft = q.attr.RNRRetry
 	c.sampleRTT(now)
 	if c.probeOut && c.psn.After(c.probeHigh) {
-		c.probeOut = false // the probe's episode is over: the next tail may have one
+		c.probeOut, c.probes = false, 0 // the probe's episode is over: the next tail may have its own
 	}
 	if c.psn == q.req.psn {
 		c.timer, c.probeAt = time.Time{}, time.Time{}
@@ -411,7 +414,7 @@ func (c *completer) startRetry(q *QP, now time.Time) {
 func (c *completer) advance(q *QP, now time.Time) {
 	if !c.probeAt.IsZero() && !now.Before(c.probeAt) {
 		c.probeAt = time.Time{}
-		if c.psn != q.req.psn && !c.waitingRNR() && !c.probeOut && (q.state == StateRTS || q.state == StateSQD) {
+		if c.psn != q.req.psn && !c.waitingRNR() && c.probes < maxProbes && (q.state == StateRTS || q.state == StateSQD) {
 			c.probeDue = true
 		}
 	}
@@ -438,7 +441,7 @@ func (q *QP) rewind() {
 	r, c := &q.req, &q.cmp
 	r.psn = c.psn
 	c.rttOn = false // Karn: an ACK for a resent packet may answer the first copy
-	c.probeOut = false
+	c.probeOut, c.probes = false, 0
 	r.next = 0
 	r.noAck = 0
 	r.rdAtomic = 0

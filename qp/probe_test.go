@@ -67,6 +67,37 @@ func TestTailProbeLastPacketLost(t *testing.T) {
 	}
 }
 
+// The last packet and the probe are both lost: a second probe goes after twice the wait, and the
+// WRITE still completes in milliseconds, not after the 67 ms timeout.
+func TestTailProbeProbeLost(t *testing.T) {
+	l := newLink(t, probeOpts())
+	warmUp(t, l)
+	src := l.a.reg(t, 10, mr.LocalWrite)
+	remote := l.b.reg(t, 10, mr.LocalWrite|mr.RemoteWrite)
+	l.hook = func(l *link, h *host, p wire.Packet) [][]byte {
+		if h == l.a && p.Opcode() == wire.RCWriteOnly && l.sent <= 4 { // warmUp sent 2
+			return nil
+		}
+		return [][]byte{p.Bytes()}
+	}
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRWrite, Flags: Signaled, SGL: sge(src, 0, 10),
+		RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+	start := l.now
+	l.run(time.Second)
+	l.expectLadder(
+		"-> RDMA_WRITE_ONLY psn=257 A len=10 +10 (lost)",
+		"-> RDMA_WRITE_ONLY psn=257 A len=10 +10 (lost)", // the first probe
+		"-> RDMA_WRITE_ONLY psn=257 A len=10 +10",        // the second, 2 ms later
+		"<- ACKNOWLEDGE psn=257 [ACK msn=2]",
+	)
+	if d := l.now.Sub(start); d > 4*time.Millisecond {
+		t.Fatalf("recovered after %v", d)
+	}
+	if c := l.a.qp.Counters(); c.TailProbes != 2 || c.Timeouts != 0 {
+		t.Fatalf("counters %+v", c)
+	}
+}
+
 // The ACK is lost: the probe is a duplicate, which the responder acknowledges again without
 // delivering it twice.
 func TestTailProbeAckLost(t *testing.T) {

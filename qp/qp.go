@@ -28,6 +28,8 @@ const (
 	maxUnackedPSNs = 128
 	// maxPktsPerAck is how many packets go without AckReq before one asks for an ACK.
 	maxPktsPerAck = 64
+	// maxProbes is how many tail-loss probes go for one tail before the local ACK timeout alone is left.
+	maxProbes = 2
 	// maxMessagePkts bounds one message's packets so that every PSN in flight stays within the 2^23
 	// half-space serial comparison works in (IBTA Vol 1 9.7.1); with MTU 256 it allows 1 GiB messages.
 	maxMessagePkts = 1 << 22
