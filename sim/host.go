@@ -198,6 +198,7 @@ type Endpoint struct {
 	delivering bool
 	wcs        [16]qp.Completion
 	timerAt    Time
+	advancedAt Time // when timer last ran Advance
 	active     bool
 	sentAny    bool
 	maxPSN     wire.PSN
@@ -291,10 +292,7 @@ func (ep *Endpoint) touched() {
 		}
 		ep.delivering = false
 	}
-	if d := fromEngine(ep.QP.NextDeadline()); d > h.s.now && (ep.timerAt == 0 || d < ep.timerAt) {
-		ep.timerAt = d
-		h.s.schedule(d, evTimer, ep.gidx, nil, int64(d))
-	}
+	ep.arm()
 	if !ep.active {
 		ep.active = true
 		h.active = append(h.active, ep)
@@ -304,12 +302,35 @@ func (ep *Endpoint) touched() {
 	}
 }
 
+// arm schedules the engine's next deadline. The engine runs its timers only in Advance, so a deadline
+// that passed while the queue pair waited its turn for the port (as a local ACK timeout can while other
+// queue pairs fill the link) runs at once, though only once per instant: a deadline Advance left in
+// the past asks for nothing.
+func (ep *Endpoint) arm() {
+	s := ep.Host.s
+	d := fromEngine(ep.QP.NextDeadline())
+	if d == 0 {
+		return
+	}
+	if d <= s.now {
+		if ep.advancedAt == s.now {
+			return
+		}
+		d = s.now
+	}
+	if ep.timerAt == 0 || d < ep.timerAt {
+		ep.timerAt = d
+		s.schedule(d, evTimer, ep.gidx, nil, int64(d))
+	}
+}
+
 // timer runs the engine's deadline that was armed for at.
 func (ep *Endpoint) timer(at Time) {
 	if at != ep.timerAt {
 		return // superseded by an earlier deadline
 	}
 	ep.timerAt = 0
+	ep.advancedAt = ep.Host.s.now
 	ep.QP.Advance(engineTime(ep.Host.s.now))
 	ep.touched()
 }
@@ -335,10 +356,7 @@ func (h *Host) pull(p *Port) {
 			h.active[len(h.active)-1] = nil
 			h.active = h.active[:len(h.active)-1]
 			ep.active = false
-			if d := fromEngine(ep.QP.NextDeadline()); d > s.now && (ep.timerAt == 0 || d < ep.timerAt) {
-				ep.timerAt = d
-				s.schedule(d, evTimer, ep.gidx, nil, int64(d))
-			}
+			ep.arm()
 			continue
 		}
 		// round robin: the queue pair goes to the back of the line
