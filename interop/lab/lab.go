@@ -41,6 +41,8 @@ const (
 	Namespace = "goroce-rxe"
 	Bridge    = "grxbr0"
 	HostIP    = "10.77.0.1"
+	// HostIP6 is the host side's IPv6 address; guests have fd77::(10+N) besides their link-local ones.
+	HostIP6 = "fd77::1"
 	// GuestCmdPort is the TCP port of the guests' command channel.
 	GuestCmdPort = 7777
 )
@@ -66,6 +68,10 @@ var HostTools = map[string]string{
 
 // GuestIP returns guest n's address.
 func GuestIP(n int) netip.Addr { return netip.AddrFrom4([4]byte{10, 77, 0, byte(10 + n)}) }
+
+// GuestIP6 returns guest n's IPv6 address, fd77::(10+N) with the number written in decimal digits,
+// as the guest's init assigns it.
+func GuestIP6(n int) netip.Addr { return netip.MustParseAddr(fmt.Sprintf("fd77::%d", 10+n)) }
 
 // Lab is one namespace and the guests in it, described by directories and pid files so that separate
 // processes (the labctl command, a test binary) see the same lab.
@@ -302,10 +308,34 @@ func (l *Lab) NamespaceUp(ctx context.Context) error {
 			return err
 		}
 	}
-	// Replies from the guests come back on the bridge; IPv6 is not used.
+	// Replies from the guests come back on the bridge. IPv6 is on: HostIP6 and the bridge's link-local
+	// address, both without duplicate address detection, so they are usable at once.
 	_ = exec.CommandContext(ctx, "ip", "netns", "exec", ns, "sysctl", "-qw",
-		"net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0", "net.ipv6.conf.all.disable_ipv6=1").Run()
+		"net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0",
+		"net.ipv6.conf.all.disable_ipv6=0", "net.ipv6.conf.default.disable_ipv6=0",
+		"net.ipv6.conf."+Bridge+".disable_ipv6=0", "net.ipv6.conf.all.accept_dad=0",
+		"net.ipv6.conf."+Bridge+".accept_dad=0").Run()
+	if out, err := ip(ctx, "-n", ns, "-6", "addr", "show", "dev", Bridge); err == nil && !strings.Contains(out, HostIP6+"/") {
+		if _, err := ip(ctx, "-n", ns, "-6", "addr", "add", HostIP6+"/64", "dev", Bridge, "nodad"); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// LinkLocal returns the bridge's IPv6 link-local address in the namespace, with its zone (the bridge's
+// name), for tests of link-local GIDs.
+func (l *Lab) LinkLocal(ctx context.Context) (netip.Addr, error) {
+	out, err := ip(ctx, "-n", l.namespace(), "-6", "-o", "addr", "show", "dev", Bridge, "scope", "link")
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	for _, f := range strings.Fields(out) {
+		if p, err := netip.ParsePrefix(f); err == nil && p.Addr().IsLinkLocalUnicast() {
+			return p.Addr().WithZone(Bridge), nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("lab: no link-local address on %s: %s", Bridge, out)
 }
 
 // Guest is one booted guest.
