@@ -223,3 +223,27 @@ func TestIPv6Perftest(t *testing.T) {
 		}))
 	}
 }
+
+// TestIPv6Rdmacheck: the rdmacheck checks (SEND with immediate, WRITE, WRITE with immediate, READ, both
+// atomics, every byte checked on both sides) over IPv6 GIDs, global and link-local, goroce as client
+// and as server.
+func TestIPv6Rdmacheck(t *testing.T) {
+	l, gs := lab.Start(t, 1)
+	g := gs[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	install := func(t testing.TB) { installRdmacheck(t, g) }
+	install(t)
+	port := 19415
+	for _, v := range ipv6Cases(ctx, t, l, g) {
+		for _, role := range []string{"goroce-client", "goroce-server"} {
+			port++
+			t.Run(v.name+"/"+role, onGuest(g, install, func(t testing.TB) {
+				runRdmacheckGID(t, g, role, 4096, port, 90*time.Second, v.host, v.guestGIDIndex)
+			}))
+		}
+	}
+	if n := udp6CsumErrors(ctx, t); n != 0 {
+		t.Errorf("the namespace's kernel dropped %d IPv6 datagrams for their checksum (Udp6InCsumErrors)", n)
+	}
+}

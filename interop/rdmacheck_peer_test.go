@@ -378,7 +378,8 @@ func runCheckConn(dev *goroce.Device, mtu wire.MTU, maxSize int, port int, peer 
 	return c.serve()
 }
 
-// rdmacheckPeerMain is the goroce peer's main: flags -m (path MTU) and -z (largest message), then one
+// rdmacheckPeerMain is the goroce peer's main: flags -m (path MTU), -z (largest message) and -addr
+// (the device's address, lab.HostIP unless set: an IPv6 one, with its zone if link-local), then one
 // argument per connection, "client:PORT:IP" or "server:PORT". It prints rdmacheck's lines, prefixed
 // with the port, and exits non-zero if any connection fails. The connections start their checks
 // together, once all of them are connected (or have failed).
@@ -386,7 +387,13 @@ func rdmacheckPeerMain(args []string) int {
 	fs := flag.NewFlagSet("rdmacheck-peer", flag.ContinueOnError)
 	mtuBytes := fs.Int("m", 1024, "path MTU")
 	maxSize := fs.Int("z", 1<<20, "largest message")
+	addrFlag := fs.String("addr", lab.HostIP, "the goroce device's address")
 	if fs.Parse(args) != nil {
+		return 1
+	}
+	addr, err := netip.ParseAddr(*addrFlag)
+	if err != nil {
+		fmt.Println("rdmacheck:", err)
 		return 1
 	}
 	mtu, ok := wire.MTUFromBytes(*mtuBytes)
@@ -394,7 +401,7 @@ func rdmacheckPeerMain(args []string) int {
 		fmt.Println("rdmacheck: bad MTU")
 		return 1
 	}
-	dev, err := goroce.Open(goroce.Config{Addr: netip.MustParseAddr(lab.HostIP), Port: goroce.DefaultPort})
+	dev, err := goroce.Open(goroce.Config{Addr: addr, Port: goroce.DefaultPort})
 	if err != nil {
 		fmt.Println("rdmacheck:", err)
 		return 1

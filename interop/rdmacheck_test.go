@@ -5,6 +5,7 @@ package interop
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -161,10 +162,17 @@ func TestRdmacheckLoss(t *testing.T) {
 // checks both sides' verdicts.
 func runRdmacheck(t testing.TB, g *lab.Guest, role string, mtu, port int, limit time.Duration) {
 	t.Helper()
+	runRdmacheckGID(t, g, role, mtu, port, limit, netip.MustParseAddr(lab.HostIP), 1)
+}
+
+// runRdmacheckGID is runRdmacheck with goroce's device on addr and rdmacheck on rxe's GID gidIndex
+// (1 is the IPv4-mapped GID of the guest's address). The TCP exchange stays on IPv4.
+func runRdmacheckGID(t testing.TB, g *lab.Guest, role string, mtu, port int, limit time.Duration, addr netip.Addr, gidIndex int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit+30*time.Second)
 	defer cancel()
-	flags := []string{"-m", strconv.Itoa(mtu)}
-	tool := fmt.Sprintf("timeout %d %s -g 1 -m %d -p %d", int(limit.Seconds()), rdmacheckGuestPath, mtu, port)
+	flags := []string{"-m", strconv.Itoa(mtu), "-addr", addr.String()}
+	tool := fmt.Sprintf("timeout %d %s -g %d -m %d -p %d", int(limit.Seconds()), rdmacheckGuestPath, gidIndex, mtu, port)
 	var gout, rout string
 	var gerr, rerr error
 	if role == "goroce-client" {
