@@ -75,7 +75,7 @@ func TestSimRunCapture(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "ladder.pcapng")
 	var out bytes.Buffer
-	if _, err := runOneScenario(&out, "ladder", p, "", path); err != nil {
+	if _, err := runOneScenario(&out, "ladder", p, runFiles{pcap: path}); err != nil {
 		t.Fatal(err)
 	}
 	var dumped bytes.Buffer

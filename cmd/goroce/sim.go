@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"flag"
 	"fmt"
 	"io"
@@ -109,6 +110,7 @@ func runSimScenario(name string, args []string) error {
 	fs.StringVar(&dcqcn, "dcqcn", dcqcn, "dcqcn-* scenarios: on, off, or both (two runs side by side, in DIR/off and DIR/on)")
 	out := fs.String("out", "", "directory for CSV and SVG files (created); none written if empty")
 	write := fs.String("w", "", "write the run's packets to `FILE`, pcapng, stamped in virtual time from 1970-01-01 (with -dcqcn both: FILE with -off and -on before its extension)")
+	view := fs.String("view", "", "write the run as one offline HTML page to `FILE` (as goroce view does: packet ladders, field trees, explanations, and the throughput, queue and rate plots); for short runs, since every packet is on the page (with -dcqcn both: FILE with -off and -on before its extension)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
@@ -126,7 +128,7 @@ func runSimScenario(name string, args []string) error {
 	w := bufio.NewWriter(os.Stdout)
 	defer w.Flush()
 	if !strings.HasPrefix(name, "dcqcn-") {
-		_, err := runOneScenario(w, name, p, *out, *write)
+		_, err := runOneScenario(w, name, p, runFiles{*out, *write, *view})
 		return err
 	}
 	var reps []*sim.DCQCNReport
@@ -137,12 +139,14 @@ func runSimScenario(name string, args []string) error {
 			dir = filepath.Join(dir, map[bool]string{false: "off", true: "on"}[on])
 		}
 		fmt.Fprintf(w, "=== DCQCN %s ===\n", map[bool]string{false: "off", true: "on"}[on])
-		file := *write
-		if file != "" && len(modes) > 1 {
+		suffixed := func(file string) string {
+			if file == "" || len(modes) == 1 {
+				return file
+			}
 			ext := filepath.Ext(file)
-			file = strings.TrimSuffix(file, ext) + map[bool]string{false: "-off", true: "-on"}[on] + ext
+			return strings.TrimSuffix(file, ext) + map[bool]string{false: "-off", true: "-on"}[on] + ext
 		}
-		r, err := runOneScenario(w, name, p, dir, file)
+		r, err := runOneScenario(w, name, p, runFiles{dir, suffixed(*write), suffixed(*view)})
 		if err != nil {
 			return err
 		}
@@ -165,9 +169,23 @@ func runSimScenario(name string, args []string) error {
 	return nil
 }
 
-// runOneScenario runs one scenario, prints its summary and writes its files to out, if set, and its
-// packets to the pcapng file pcap, if set.
-func runOneScenario(w io.Writer, name string, p sim.Params, out, pcap string) (*sim.Result, error) {
+// runFiles are the files a scenario run writes, each only if named: out, a directory of CSV and SVG
+// files; pcap, its packets as pcapng; view, an HTML page of the packets and plots.
+type runFiles struct{ out, pcap, view string }
+
+// runOneScenario runs one scenario, prints its summary and writes the files f names.
+func runOneScenario(w io.Writer, name string, p sim.Params, f runFiles) (*sim.Result, error) {
+	out, pcap := f.out, f.pcap
+	if f.view != "" && pcap == "" {
+		// The page is made from a capture, as goroce view makes it: a temporary one unless -w keeps it.
+		tmp, err := os.CreateTemp("", "goroce-sim-*.pcapng")
+		if err != nil {
+			return nil, err
+		}
+		tmp.Close()
+		pcap = tmp.Name()
+		defer os.Remove(pcap)
+	}
 	var cw *capture.Writer
 	if pcap != "" {
 		var err error
@@ -185,7 +203,9 @@ func runOneScenario(w io.Writer, name string, p sim.Params, out, pcap string) (*
 		if err := cw.Close(); err != nil {
 			return nil, fmt.Errorf("-w %s: %w", pcap, err)
 		}
-		defer fmt.Fprintf(w, "wrote %d packets to %s\n", cw.Packets(), pcap)
+		if f.pcap != "" {
+			defer fmt.Fprintf(w, "wrote %d packets to %s\n", cw.Packets(), pcap)
+		}
 	}
 	s := r.Sim
 	fmt.Fprintf(w, "scenario %s, seed %d: %v simulated, %d events in %v (%.2fM events/s)\n\n", name, p.Seed,
@@ -199,12 +219,6 @@ func runOneScenario(w io.Writer, name string, p sim.Params, out, pcap string) (*
 		for _, e := range r.Ladder.Entries {
 			fmt.Fprintln(w, e.String())
 		}
-	}
-	if out == "" {
-		return r, nil
-	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return nil, err
 	}
 	title := fmt.Sprintf("%s: %d flow(s) at %g Gb/s, seed %d", name, len(rows), p.Rate, p.Seed)
 	if r.Report != nil {
@@ -226,6 +240,31 @@ func runOneScenario(w io.Writer, name string, p sim.Params, out, pcap string) (*
 	if r.Ladder != nil {
 		lt := fmt.Sprintf("first %d packets, loss %g, seed %d", len(r.Ladder.Entries), p.Loss, p.Seed)
 		files["ladder.svg"] = func(f io.Writer) error { return r.Ladder.WriteSVG(f, lt) }
+	}
+	if f.view != "" {
+		var plots []viewPlot
+		for _, n := range viewPlots {
+			if fn, ok := files[n]; ok {
+				var b bytes.Buffer
+				if err := fn(&b); err != nil {
+					return nil, err
+				}
+				plots = append(plots, viewPlot{n, b.Bytes()})
+			}
+		}
+		if err := writeFile(f.view, func(w io.Writer) error {
+			_, err := writeView(w, pcap, viewOptions{title: title, plots: plots})
+			return err
+		}); err != nil {
+			return nil, fmt.Errorf("-view: %w", err)
+		}
+		fmt.Fprintf(w, "wrote %s (open it in a browser)\n", f.view)
+	}
+	if out == "" {
+		return r, nil
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, err
 	}
 	for _, n := range []string{"summary.csv", "timeseries.csv", "throughput.svg", "queue.svg", "rate.svg", "report.csv", "ladder.svg"} {
 		fn, ok := files[n]

@@ -49,7 +49,7 @@ func simLadder(t *testing.T) (capFile, plotDir string) {
 		t.Fatal(err)
 	}
 	p.Loss = 0.05
-	if _, err := runOneScenario(io.Discard, "ladder", p, plotDir, capFile); err != nil {
+	if _, err := runOneScenario(io.Discard, "ladder", p, runFiles{out: plotDir, pcap: capFile}); err != nil {
 		t.Fatal(err)
 	}
 	return capFile, plotDir
@@ -247,4 +247,51 @@ func treeOf(t *testing.T, out string, n int) string {
 		t.Fatalf("goroce dump -v shows no tree for packet %d", n)
 	}
 	return strings.Join(tree, "\n")
+}
+
+// TestSimRunView: goroce sim run -view writes the same page as -w then goroce view -plots: the run's
+// packets (as many as the capture holds) and its throughput and queue plots, with no capture left
+// behind when -w is not given.
+func TestSimRunView(t *testing.T) {
+	dir := t.TempDir()
+	p, err := sim.DefaultParams("ladder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Loss = 0.05
+	page, capFile := filepath.Join(dir, "ladder.html"), filepath.Join(dir, "ladder.pcapng")
+	if _, err := runOneScenario(io.Discard, "ladder", p, runFiles{pcap: capFile, view: page}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	if _, err := writeView(&want, capFile, viewOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	data := regexp.MustCompile(`"packets":\[`)
+	if got, w := len(data.FindAll(b, -1)), len(data.FindAll(want.Bytes(), -1)); got != 1 || w != 1 {
+		t.Fatalf("packet lists: %d in the page, %d in goroce view's", got, w)
+	}
+	count := func(page []byte) int { return bytes.Count(page, []byte(`"op":`)) }
+	if got, w := count(b), count(want.Bytes()); got == 0 || got != w {
+		t.Errorf("the page has %d packets, goroce view of the capture %d", got, w)
+	}
+	for _, plot := range []string{"throughput.svg", "queue.svg", "ladder.svg"} {
+		if !bytes.Contains(b, []byte("<figcaption>"+plot+"</figcaption>")) {
+			t.Errorf("no %s on the page", plot)
+		}
+	}
+
+	// Without -w the capture is temporary.
+	before, _ := filepath.Glob(filepath.Join(os.TempDir(), "goroce-sim-*.pcapng"))
+	if _, err := runOneScenario(io.Discard, "ladder", p, runFiles{view: filepath.Join(dir, "only.html")}); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := filepath.Glob(filepath.Join(os.TempDir(), "goroce-sim-*.pcapng"))
+	if len(after) > len(before) {
+		t.Errorf("-view left its capture behind: %v", after)
+	}
 }
