@@ -296,6 +296,11 @@ func (s *shard) waitFor(ctx context.Context, cq *CQ, solicited bool) {
 	}
 	d.parked.Add(-1)
 	s.want.Add(-1)
+	// The background driver let go of the shard because this goroutine wanted it, but the goroutine
+	// may not take it: its context ended, or its completion came with the hand-off and its Wait
+	// returns. Wake the background goroutine so that the shard is not left undriven (its packets
+	// unread until the next Wait); if another goroutine drives, it finds drive held and sleeps again.
+	s.wakeBackground()
 }
 
 // step runs one round of the driver: deadlines filed by others, due timers, then one read (or none,
