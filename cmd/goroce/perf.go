@@ -26,17 +26,18 @@ func init() {
 const perfLoopbackUsage = "usage: goroce perf loopback [-procs 1|2|both] [-runs n] [-d duration] [-only groups] [flags]"
 
 func runPerf(args []string) error {
-	if len(args) > 0 {
-		if t := findPerftest(args[0]); t != nil {
-			return runPerftest(t, args[1:])
-		}
+	switch {
+	case len(args) == 0:
+	case args[0] == "loopback":
+		return perfLoopback(args[1:])
+	case findPerftest(args[0]) != nil:
+		return runPerftest(findPerftest(args[0]), args[1:])
+	default:
+		fmt.Fprintf(os.Stderr, "goroce perf: unknown test %q: goroce perf runs loopback and perftest's %s\n", args[0], perftestNames())
 	}
-	if len(args) == 0 || args[0] != "loopback" {
-		fmt.Fprintln(os.Stderr, perfLoopbackUsage)
-		perftestUsage(os.Stderr)
-		return errUsage
-	}
-	return perfLoopback(args[1:])
+	fmt.Fprintln(os.Stderr, perfLoopbackUsage)
+	perftestUsage(os.Stderr)
+	return errUsage
 }
 
 // perfLoopback parses the flags of `goroce perf loopback`, runs the measurements of package perf

@@ -3,14 +3,17 @@ package main
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce"
 	"github.com/goroce/goroce/interop/perftest"
 )
 
-// TestPerftestFlags checks that perftest's flags reach package perftest's options as perftest reads
-// them; the runs themselves are package perftest's tests.
+// TestPerftestFlags checks that perftest's options reach package perftest's options as perftest reads
+// them (getopt_long: clustered, attached and separate values, long names with = or not, unique
+// prefixes, the host anywhere); the runs themselves are package perftest's tests.
 func TestPerftestFlags(t *testing.T) {
 	mod := func(test perftest.Test, f func(*perftest.Options)) perftest.Options {
 		o := perftest.DefaultOptions(test)
@@ -32,8 +35,25 @@ func TestPerftestFlags(t *testing.T) {
 			mod(perftest.AtomicBW, func(o *perftest.Options) {
 				o.AtomicCAS, o.OutReads, o.Addr = true, 16, netip.MustParseAddr("127.0.0.9")
 			})},
-		{perftest.SendLat, []string{"-a", "-t", "4", "-r", "8", "-Q", "2", "-F", "-e"}, "", 18515, false,
-			mod(perftest.SendLat, func(o *perftest.Options) { o.All, o.TxDepth, o.RxDepth, o.CQMod = true, 4, 8, 2 })},
+		{perftest.SendLat, []string{"-a", "-t", "4", "-r", "8", "-F", "-e"}, "", 18515, false,
+			mod(perftest.SendLat, func(o *perftest.Options) { o.All, o.TxDepth, o.RxDepth = true, 4, 8 })},
+		{perftest.WriteBW, []string{"-q", "4", "-b", "-D", "10", "-f", "2", "--report_gbits", "-N", "-l8", "-I", "64", "-u15", "--tclass=96",
+			"--mr_per_qp", "--perform_warm_up", "--report-both", "-w", "1.5", "-y0.2", "-S", "3", "--use_old_post_send", "-timeout=1m", "host"},
+			"host", 18515, false, mod(perftest.WriteBW, func(o *perftest.Options) {
+				o.QPs, o.Bidirectional, o.Duration, o.Margin, o.ReportGbits, o.NoPeak = 4, true, 10*time.Second, 2*time.Second, true, true
+				o.PostList, o.InlineSize, o.Timeout, o.TrafficClass, o.MRPerQP, o.WarmUp, o.ReportBoth = 8, 64, 15, 96, true, true, true
+				o.LimitBW, o.LimitMsgRate = 1.5, 0.2
+			})},
+		// Clustered switches, a unique prefix, a value in hex as strtol reads it.
+		{perftest.SendBW, []string{"-abF", "--bidir", "-n", "0x10", "--recv_post_list", "4", "--source_ip", "10.0.0.2", "--dont_xchg_versions"}, "", 18515, false,
+			mod(perftest.SendBW, func(o *perftest.Options) {
+				o.All, o.Bidirectional, o.Iters, o.RecvPostList, o.NoVersionExchange = true, true, 16, 4, true
+				o.SourceIP = netip.MustParseAddr("10.0.0.2")
+			})},
+		{perftest.ReadBW, []string{"--run_inf", "-D", "3"}, "", 18515, false,
+			mod(perftest.ReadBW, func(o *perftest.Options) { o.RunInfinitely, o.Duration = true, 3*time.Second })},
+		{perftest.ReadLat, []string{"-U", "-H", "--retry_count", "5", "-L", "64", "--pkey_index=0", "--force-link=Ethernet", "-c", "RC"}, "", 18515, false,
+			mod(perftest.ReadLat, func(o *perftest.Options) { o.Histogram, o.Unsorted = true, true })},
 	} {
 		a, err := parsePerftest(c.test, c.args)
 		if err != nil {
@@ -41,27 +61,80 @@ func TestPerftestFlags(t *testing.T) {
 			continue
 		}
 		if a.host != c.host || a.port != c.port || a.stats != c.stats || a.opts != c.opts {
-			t.Errorf("%s %q: host %q port %d stats %v options %+v; want %q, %d, %v, %+v",
+			t.Errorf("%s %q: host %q port %d stats %v options\n%+v; want %q, %d, %v,\n%+v",
 				c.test, c.args, a.host, a.port, a.stats, a.opts, c.host, c.port, c.stats, c.opts)
 		}
-		if err := a.opts.Validate(); err != nil {
-			t.Errorf("%s %q: the package refuses the options: %v", c.test, c.args, err)
-		}
 	}
-	for _, bad := range [][]string{{"-n", "1"}, {"-o", "129"}, {"-s", "0"}, {"-t", "0"}} {
-		if _, err := parsePerftest(perftest.WriteBW, bad); !errors.Is(err, errUsage) {
-			t.Errorf("%q: %v, want the usage", bad, err)
-		}
+	if a, err := parsePerftest(perftest.WriteBW, []string{"-timeout", "90s", "-p", "9"}); err != nil || a.timeout != 90*time.Second || a.port != 9 {
+		t.Errorf("-timeout 90s: %+v, %v", a, err)
 	}
-	for _, bad := range [][]string{{"-R"}, {"-D", "5"}, {"-q", "2"}, {"-c", "UD"}, {"-A", "SWAP"}, {"-m", "1000"}, {"-addr", "x"}} {
-		if _, err := parsePerftest(perftest.WriteBW, bad); err == nil || errors.Is(err, errUsage) {
-			t.Errorf("%q: %v, want an error", bad, err)
-		}
+	if _, err := parsePerftest(perftest.WriteBW, []string{"-h"}); !errors.Is(err, errHelp) {
+		t.Errorf("-h: %v", err)
 	}
-	if _, err := parsePerftest(perftest.AtomicBW, []string{"-a"}); err == nil {
-		t.Error("-a accepted for atomic_bw")
+	if _, err := parsePerftest(perftest.WriteBW, []string{"--version"}); !errors.Is(err, errVersion) {
+		t.Errorf("--version: %v", err)
 	}
-	if findPerftest("ib_send_bw") == nil || *findPerftest("send_bw") != perftest.SendBW || findPerftest("loopback") != nil {
+	if findPerftest("ib_send_bw") == nil || *findPerftest("send_bw") != perftest.SendBW || findPerftest("atomic_lat") == nil || findPerftest("loopback") != nil {
 		t.Error("findPerftest")
+	}
+}
+
+// TestPerftestFlagErrors: every option goroce does not take fails with one line that names it and
+// says why, never Go's "flag provided but not defined".
+func TestPerftestFlagErrors(t *testing.T) {
+	for _, c := range []struct {
+		test perftest.Test
+		args []string
+		want string // in the message
+	}{
+		{perftest.WriteBW, []string{"-Z"}, "unknown flag -Z"},
+		{perftest.WriteBW, []string{"--frobnicate"}, "unknown flag --frobnicate"},
+		{perftest.WriteBW, []string{"--use"}, "ambiguous"},
+		{perftest.WriteBW, []string{"-R"}, "-R (--rdma_cm) is not supported"},
+		{perftest.WriteBW, []string{"-z"}, "-z (--com_rdma_cm) is not supported"},
+		{perftest.WriteBW, []string{"-O"}, "-O (--dualport) is not supported"},
+		{perftest.WriteBW, []string{"-T", "3"}, "-T (--tos) is not supported: TOS only valid for rdma_cm"},
+		{perftest.WriteBW, []string{"-W", "x"}, "-W (--report-counters) is not supported"},
+		{perftest.WriteBW, []string{"--odp"}, "--odp is not supported"},
+		{perftest.WriteBW, []string{"--out_json"}, "--out_json is not supported"},
+		{perftest.WriteBW, []string{"--rate_limit=5"}, "--rate_limit is not supported"},
+		{perftest.WriteBW, []string{"--ipv6"}, "--ipv6 is not supported"},
+		{perftest.WriteBW, []string{"-H"}, "-H (--report-histogram) is not an option of ib_write_bw: latency tests only"},
+		{perftest.WriteBW, []string{"-o", "4"}, "-o (--outs) is not an option of ib_write_bw"},
+		{perftest.ReadBW, []string{"-I", "64"}, "-I (--inline_size) is not an option of ib_read_bw"},
+		{perftest.SendLat, []string{"-q", "2"}, "-q (--qp) is not an option of ib_send_lat: bandwidth tests only"},
+		{perftest.ReadLat, []string{"-b"}, "-b (--bidirectional) is not an option of ib_read_lat"},
+		{perftest.ReadLat, []string{"-C"}, "-C (--report-cycles) is not supported"},
+		{perftest.ReadLat, []string{"--latency_gap=5"}, "--latency_gap is not supported"},
+		{perftest.SendBW, []string{"--use-srq"}, "--use-srq is not supported"},
+		{perftest.SendBW, []string{"-g"}, "-g (--mcg) is not supported"},
+		{perftest.WriteBW, []string{"-c", "UC"}, "-c (--connection) UC: goroce perf runs RC QPs"},
+		{perftest.WriteBW, []string{"-L", "10"}, "TTL 64"},
+		{perftest.WriteBW, []string{"--pkey_index", "1"}, "index 0"},
+		{perftest.WriteBW, []string{"--force-link", "IB"}, "Ethernet"},
+		{perftest.WriteBW, []string{"-m", "1000"}, "256, 512, 1024, 2048 or 4096"},
+		{perftest.WriteBW, []string{"-n", "1"}, "between 5 and"},
+		{perftest.WriteBW, []string{"-s", "0"}, "-s (--size)"},
+		{perftest.WriteBW, []string{"-q", "0"}, "-q (--qp)"},
+		{perftest.WriteBW, []string{"-u", "40"}, "-u (--qp-timeout)"},
+		{perftest.WriteBW, []string{"-o"}, "not an option"},
+		{perftest.ReadBW, []string{"-o"}, "-o (--outs) needs a value"},
+		{perftest.WriteBW, []string{"--all=1"}, "takes no value"},
+		{perftest.WriteBW, []string{"-A", "SWAP"}, "not an option of ib_write_bw"},
+		{perftest.AtomicBW, []string{"-A", "SWAP"}, "CMP_AND_SWAP or FETCH_AND_ADD"},
+		{perftest.AtomicBW, []string{"-a"}, "message size cannot be changed for Atomic tests"},
+		{perftest.AtomicLat, []string{"-a"}, "message size cannot be changed for Atomic tests"},
+		{perftest.WriteBW, []string{"-D", "5", "-a"}, "duration mode currently doesn't support running on all sizes"},
+		{perftest.WriteBW, []string{"-D", "2", "-f", "1"}, "DURATION > 2*MARGIN"},
+		{perftest.WriteLat, []string{"--run_infinitely"}, "--run_infinitely is not an option of ib_write_lat"},
+		{perftest.WriteBW, []string{"-addr", "x"}, "-addr"},
+		{perftest.WriteBW, []string{"-timeout", "soon"}, "-timeout"},
+		{perftest.WriteBW, []string{"a", "b"}, `unexpected argument "b"`},
+	} {
+		_, err := parsePerftest(c.test, c.args)
+		var fe *flagError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s %q: %v; want one line with %q", c.test, c.args, err, c.want)
+		}
 	}
 }

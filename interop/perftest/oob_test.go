@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce"
 )
@@ -123,5 +124,90 @@ func TestConn(t *testing.T) {
 	}
 	if err := cli.Close(); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+}
+
+// TestKeyPrefix: every prefix of a key message passes, and every other message of the exchange fails
+// from its first bytes, so that a step that reads one fails at once instead of waiting for the rest.
+func TestKeyPrefix(t *testing.T) {
+	b := make([]byte, KeyLen)
+	copy(b, goldenKey)
+	for i := range b {
+		if !keyPrefix(b[:i+1]) {
+			t.Fatalf("keyPrefix refuses the golden key's first %d bytes %q", i+1, b[:i+1])
+		}
+	}
+	for _, m := range []string{
+		"6.06\x00\x00\x00\x00",             // a version
+		"\x00\x00\x10\x00",                 // system data: the page size
+		"5\x00",                            // the MTU
+		"done\x00",                         // the end
+		"\x00\x00\x00\x00\x00\x00\x10\x00", // a report's size
+		"0000:0001:0012\x00x",              // NUL padding that goes on with text
+	} {
+		if keyPrefix([]byte(m)) {
+			t.Errorf("keyPrefix accepts %q", m)
+		}
+	}
+	if !looksLikeText([]byte("0000:000")) || looksLikeText([]byte("\x00\x00\x00\x00\x00\x00\x10\x00")) {
+		t.Error("looksLikeText")
+	}
+}
+
+// TestConnMismatch: a step that gets another step's message fails with a *MismatchError at once.
+func TestConnMismatch(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		peer func(c *Conn) error // what the peer (the client) does
+		step func(c *Conn) error // what this side (the server) does
+	}{
+		{"report where a key belongs", func(c *Conn) error {
+			_, err := c.ExchangeReports(BWReport{Size: 65536, Iters: 20}, Version)
+			return err
+		}, func(c *Conn) error { _, err := c.Handshake(Dest{QPN: 1}); return err }},
+		{"key where a report belongs", func(c *Conn) error {
+			_, err := c.Handshake(Dest{QPN: 1})
+			return err
+		}, func(c *Conn) error { _, err := c.ExchangeReports(BWReport{}, Version); return err }},
+		{"done where a key belongs", func(c *Conn) error { return c.Close() },
+			func(c *Conn) error { _, err := c.Handshake(Dest{QPN: 1}); return err }},
+		{"key where the version belongs (--dont_xchg_versions)", func(c *Conn) error {
+			_, err := c.Handshake(Dest{QPN: 1})
+			return err
+		}, func(c *Conn) error { _, err := c.Hello(4096, goroce.MTU1024); return err }},
+		{"version where a key belongs", func(c *Conn) error {
+			_, err := c.Hello(4096, goroce.MTU1024)
+			return err
+		}, func(c *Conn) error { _, err := c.Handshake(Dest{QPN: 1}); return err }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := net.Pipe()
+			defer a.Close()
+			defer b.Close()
+			go c.peer(NewConn(a, true))
+			err := c.step(NewConn(b, false))
+			var m *MismatchError
+			if !errors.As(err, &m) || !errors.Is(err, ErrMismatch) {
+				t.Fatalf("got %v, want a *MismatchError", err)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+// TestReportUnit: a report says its unit through its own figures.
+func TestReportUnit(t *testing.T) {
+	o := DefaultOptions(WriteBW)
+	mbs := o.bwReport(65536, 1000, time.Second, 0)
+	o.ReportGbits = true
+	gbs := o.bwReport(65536, 1000, time.Second, 0)
+	if u := reportUnit(mbs); u != mb {
+		t.Errorf("MB/s report %+v: unit %v", mbs, u)
+	}
+	if u := reportUnit(gbs); u != gbit {
+		t.Errorf("Gbit/s report %+v: unit %v", gbs, u)
+	}
+	if u := reportUnit(BWReport{}); u != 0 {
+		t.Errorf("empty report: unit %v", u)
 	}
 }
