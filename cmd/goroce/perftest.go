@@ -75,20 +75,29 @@ func parsePerftest(t perftest.Test, args []string) (perftestArgs, error) {
 }
 
 func runPerftest(t *perftest.Test, args []string) error {
-	a, err := parsePerftest(*t, args)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	return perftestMain(ctx, *t, args, os.Stdout, os.Stderr)
+}
+
+// perftestListening, when set (by tests), learns the address a goroce perf server listens on.
+var perftestListening func(net.Addr)
+
+// perftestMain is goroce perf <test> with its output on stdout and stderr: perftest's report on
+// stdout, goroce's error on stderr.
+func perftestMain(ctx context.Context, t perftest.Test, args []string, stdout, stderr io.Writer) error {
+	a, err := parsePerftest(t, args)
 	switch {
 	case errors.Is(err, errHelp):
-		perftestUsage(os.Stdout)
-		printPerftestFlags(os.Stdout, *t)
+		perftestUsage(stdout)
+		printPerftestFlags(stdout, t)
 		return nil
 	case errors.Is(err, errVersion):
-		fmt.Printf("Version: %s\n", perftest.Version)
+		fmt.Fprintf(stdout, "Version: %s\n", perftest.Version)
 		return nil
 	case err != nil:
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 	if a.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, a.timeout)
@@ -103,20 +112,23 @@ func runPerftest(t *perftest.Test, args []string) error {
 		}
 		var srv *perftest.Server
 		if srv, err = perftest.Listen(ctx, net.JoinHostPort(host, port), a.opts); err == nil {
-			res, err = srv.Serve(ctx, os.Stdout)
+			if perftestListening != nil {
+				perftestListening(srv.Addr())
+			}
+			res, err = srv.Serve(ctx, stdout)
 		}
 	} else {
-		res, err = perftest.Connect(ctx, net.JoinHostPort(a.host, port), a.opts, os.Stdout)
+		res, err = perftest.Connect(ctx, net.JoinHostPort(a.host, port), a.opts, stdout)
 	}
 	if a.stats && res.Stats != nil {
-		printDeviceStats(os.Stderr, *res.Stats)
+		printDeviceStats(stderr, *res.Stats)
 	}
 	if a.opts.RunInfinitely && (err == nil || ctx.Err() != nil) {
 		// --run_infinitely runs until it is stopped (Ctrl-C or -timeout), as perftest's does.
 		return nil
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "goroce perf %s: %v\n", *t, err)
+		fmt.Fprintf(stderr, "goroce perf %s: %v\n", t, err)
 		return exitError(1)
 	}
 	return nil

@@ -1,9 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"fmt"
+	"net"
 	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -137,4 +145,125 @@ func TestPerftestFlagErrors(t *testing.T) {
 			t.Errorf("%s %q: %v; want one line with %q", c.test, c.args, err, c.want)
 		}
 	}
+}
+
+// perftestRunCase is one goroce perf server and client run through the command line: the options
+// both take (flags), those of one side (srvFlags, cliFlags), and what the client's report holds
+// (want) or, for a mismatch, what both sides' errors hold (fail).
+type perftestRunCase struct {
+	name               string
+	test               perftest.Test
+	flags              string
+	srvFlags, cliFlags string
+	want               []string
+	lines              int // result lines the client prints
+	fail               string
+	// measured: in a mismatch, the client's own traffic succeeds and its result line stands; the
+	// difference shows only at the end (a unidirectional send_bw client against a -b server).
+	measured bool
+}
+
+// perftestGarbage matches a result line whose size or count no run has: what perftest prints when
+// it reads a key message as a report.
+var perftestGarbage = regexp.MustCompile(`(?m)^ \d{10,}\s+\d+|^ \d+\s+\d{11,}\s`)
+
+// perftestResultLine matches a bandwidth, latency or timed latency result line.
+var perftestResultLine = regexp.MustCompile(`(?m)^ \d+ +\d+ +\d+\.\d{2}`)
+
+// TestPerftestCommand runs goroce perf <test> against itself over loopback sockets, each new mode of
+// issue 16 through perftest's command line: the client's report says what the flags asked for, and a
+// setting that differs ends both sides with an error that names it and prints no result.
+func TestPerftestCommand(t *testing.T) {
+	listening := make(map[string]chan net.Addr)
+	var mu sync.Mutex
+	perftestListening = func(a net.Addr) {
+		mu.Lock()
+		ch := listening[a.(*net.TCPAddr).IP.String()]
+		mu.Unlock()
+		ch <- a
+	}
+	t.Cleanup(func() { perftestListening = nil })
+	cases := []perftestRunCase{
+		{name: "write_bw-q2-b-gbits", test: perftest.WriteBW,
+			flags: "-s 4096 -n 20 -m 1024 -x 1 -q 2 -b --report_gbits -N -l 4 -I 64 --tclass 96 -u 18 --mr_per_qp --use_old_post_send -S 3 -L 64 -F",
+			want:  []string{"RDMA_Write Bidirectional BW Test", " Number of qps   : 2", "BW average[Gb/sec]", " Max inline data : 64[B]"}, lines: 1},
+		{name: "send_bw-a", test: perftest.SendBW, flags: "-a -n 5 -m 4096", want: []string{"Send BW Test", " 8388608    5 "}, lines: 23},
+		{name: "read_bw-a-q2", test: perftest.ReadBW, flags: "-a -n 5 -q 2 -o 16", want: []string{"RDMA_Read BW Test", " Outstand reads  : 16"}, lines: 23},
+		{name: "atomic_lat-cas", test: perftest.AtomicLat, flags: "-n 20 -A CMP_AND_SWAP", want: []string{"Atomic CMP_AND_SWAP Latency Test", " 8       20 "}, lines: 1},
+		{name: "read_bw-D1", test: perftest.ReadBW, flags: "-D 1 -s 4096", want: []string{"RDMA_Read BW Test", "0.00               "}, lines: 1},
+		{name: "read_lat-H-U", test: perftest.ReadLat, flags: "-n 10 -s 64 -H -U", want: []string{"#, usec"}, lines: 1},
+		{name: "write_bw-q-mismatch", test: perftest.WriteBW, flags: "-s 4096 -n 20", cliFlags: "-q 2", fail: "-q differs"},
+		{name: "send_bw-b-mismatch", test: perftest.SendBW, flags: "-s 4096 -n 20", srvFlags: "-b", fail: "-b differs", measured: true},
+		{name: "write_bw-s-mismatch", test: perftest.WriteBW, flags: "-n 20", srvFlags: "-s 4096", cliFlags: "-s 8192", fail: "-s or -a differ"},
+	}
+	for i, c := range cases {
+		srvIP := fmt.Sprintf("127.0.%d.1", 160+i)
+		cliIP := fmt.Sprintf("127.0.%d.2", 160+i)
+		ch := make(chan net.Addr, 1)
+		mu.Lock()
+		listening[srvIP] = ch
+		mu.Unlock()
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			port := freePort(t, srvIP)
+			common := append([]string{"-p", strconv.Itoa(port), "-timeout", "30s"}, strings.Fields(c.flags)...)
+			srvArgs := append(append(slices.Clone(common), "--source_ip", srvIP), strings.Fields(c.srvFlags)...)
+			cliArgs := append(append(slices.Clone(common), "--source_ip", cliIP, srvIP), strings.Fields(c.cliFlags)...)
+			var sout, serr, cout, cerr bytes.Buffer
+			done := make(chan error, 1)
+			go func() { done <- perftestMain(ctx, c.test, srvArgs, &sout, &serr) }()
+			select {
+			case <-ch:
+			case err := <-done:
+				t.Fatalf("the server ended before it listened: %v\n%s%s", err, sout.String(), serr.String())
+			}
+			cerrV := perftestMain(ctx, c.test, cliArgs, &cout, &cerr)
+			serrV := <-done
+			out := "client:\n" + cout.String() + cerr.String() + "\nserver:\n" + sout.String() + serr.String()
+			if c.fail != "" {
+				if cerrV == nil || serrV == nil {
+					t.Fatalf("client %v, server %v: want both to fail\n%s", cerrV, serrV, out)
+				}
+				if !strings.Contains(cerr.String()+serr.String(), c.fail) {
+					t.Errorf("neither side says %q:\n%s", c.fail, out)
+				}
+				for _, e := range []string{cerr.String(), serr.String()} {
+					if strings.Count(e, "\n") != 1 {
+						t.Errorf("the error is not one line: %q", e)
+					}
+				}
+				if !c.measured && (perftestResultLine.MatchString(cout.String()) || perftestResultLine.MatchString(sout.String())) {
+					t.Errorf("a result line was printed:\n%s", out)
+				}
+				if m := perftestGarbage.FindString(cout.String() + sout.String()); m != "" {
+					t.Errorf("garbage result line %q:\n%s", m, out)
+				}
+				return
+			}
+			if cerrV != nil || serrV != nil {
+				t.Fatalf("client %v, server %v\n%s", cerrV, serrV, out)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(cout.String(), w) {
+					t.Errorf("the client's report lacks %q:\n%s", w, out)
+				}
+			}
+			if n := len(perftestResultLine.FindAllString(cout.String(), -1)); n != c.lines {
+				t.Errorf("the client printed %d result lines, want %d:\n%s", n, c.lines, out)
+			}
+		})
+	}
+}
+
+// freePort returns a TCP port free on ip at the time of the call.
+func freePort(t *testing.T, ip string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp4", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
