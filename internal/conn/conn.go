@@ -91,6 +91,15 @@ type Offload struct {
 	GRO bool
 }
 
+// A Poller is a Conn that can also read without waiting. The device's receive loop drains its socket
+// this way before it fires a timer that came due while it was not running, so that a response already
+// queued is seen before a retransmission it makes needless.
+type Poller interface {
+	// PollBatch is ReadBatch, except that with nothing queued it returns 0 and no error at once,
+	// whatever the read deadline.
+	PollBatch(msgs []Message) (int, error)
+}
+
 // Network opens Conns: the host's UDP stack (UDP) or an in-memory network (MemNetwork).
 type Network interface {
 	// Listen binds a Conn to addr; port 0 picks a free port.

@@ -300,8 +300,17 @@ func (c *memConn) deliver(b []byte, segSize int, from netip.AddrPort, to netip.A
 }
 
 // ReadBatch blocks until a datagram is queued, the read deadline passes or the endpoint is closed.
-func (c *memConn) ReadBatch(msgs []Message) (int, error) {
+func (c *memConn) ReadBatch(msgs []Message) (int, error) { return c.readBatch(msgs, true) }
+
+// PollBatch is ReadBatch without the wait; see Poller.
+func (c *memConn) PollBatch(msgs []Message) (int, error) { return c.readBatch(msgs, false) }
+
+func (c *memConn) readBatch(msgs []Message, block bool) (int, error) {
 	c.mu.Lock()
+	if !block && c.n == 0 && !c.closed {
+		c.mu.Unlock()
+		return 0, nil
+	}
 	for c.n == 0 && !c.closed {
 		if !c.deadline.IsZero() && !time.Now().Before(c.deadline) {
 			c.mu.Unlock()

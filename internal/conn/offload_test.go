@@ -265,3 +265,56 @@ func TestMemGSOFiltered(t *testing.T) {
 		t.Errorf("filter saw %d datagrams and dropped %d, want 5 and 1", seen, n.Stats().DropFiltered)
 	}
 }
+
+// TestPollBatch: PollBatch returns at once, empty, when nothing is queued, even with the read deadline
+// past (where ReadBatch fails), and takes what is queued as ReadBatch would.
+func TestPollBatch(t *testing.T) {
+	for name, nw := range networks() {
+		t.Run(name, func(t *testing.T) {
+			net := nw()
+			addr := netip.MustParseAddrPort("127.0.0.1:0")
+			a, _ := net.Listen(addr, Options{})
+			b, _ := net.Listen(addr, Options{})
+			defer a.Close()
+			defer b.Close()
+			p, ok := b.(Poller)
+			if !ok {
+				t.Fatalf("%T is not a Poller", b)
+			}
+			if n, err := p.PollBatch(newMessages(4, 64)); n != 0 || err != nil {
+				t.Fatalf("PollBatch with nothing queued: %d, %v", n, err)
+			}
+			b.SetReadDeadline(time.Unix(1, 0))
+			if _, err := a.WriteBatch([]Message{{Buf: payload(3, 40), Addr: b.LocalAddr()}, {Buf: payload(4, 50), Addr: b.LocalAddr()}}); err != nil {
+				t.Fatal(err)
+			}
+			msgs := newMessages(4, 64)
+			got := 0
+			for deadline := time.Now().Add(5 * time.Second); got < 2 && time.Now().Before(deadline); {
+				n, err := p.PollBatch(msgs[got:])
+				if err != nil {
+					t.Fatal(err)
+				}
+				got += n
+				if n == 0 {
+					time.Sleep(time.Millisecond) // loopback delivers in the sender's call; this is for safety
+				}
+			}
+			if got != 2 {
+				t.Fatalf("PollBatch took %d of 2 datagrams", got)
+			}
+			checkDatagram(t, msgs[0], payload(3, 40), a.LocalAddr())
+			checkDatagram(t, msgs[1], payload(4, 50), a.LocalAddr())
+			if n, err := p.PollBatch(newMessages(1, 64)); n != 0 || err != nil {
+				t.Fatalf("PollBatch after the queue emptied: %d, %v", n, err)
+			}
+			if _, err := b.ReadBatch(newMessages(1, 64)); !errors.Is(err, ErrDeadline) {
+				t.Fatalf("ReadBatch past its deadline: %v, want ErrDeadline", err)
+			}
+			b.Close()
+			if _, err := p.PollBatch(newMessages(1, 64)); !errors.Is(err, ErrClosed) {
+				t.Fatalf("PollBatch after Close: %v, want ErrClosed", err)
+			}
+		})
+	}
+}

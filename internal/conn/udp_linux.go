@@ -48,15 +48,17 @@ type UDPConn struct {
 	closed    atomic.Bool
 	stats     counters
 
-	rmu   sync.Mutex // guards the fields below, the receive side
-	rhdr  []unix.Mmsghdr
-	riov  []unix.Iovec
-	rname []unix.RawSockaddrInet6
-	roob  []byte
-	rn    int        // entries handed to recvmmsg
-	rgot  int        // entries recvmmsg filled
-	rerr  unix.Errno // recvmmsg's error, other than EAGAIN
-	rfn   func(fd uintptr) bool
+	rmu    sync.Mutex // guards the fields below, the receive side
+	rhdr   []unix.Mmsghdr
+	riov   []unix.Iovec
+	rname  []unix.RawSockaddrInet6
+	roob   []byte
+	rn     int        // entries handed to recvmmsg
+	rgot   int        // entries recvmmsg filled
+	rerr   unix.Errno // recvmmsg's error, other than EAGAIN
+	rfn    func(fd uintptr) bool
+	pfn    func(fd uintptr) // PollBatch's call: recvmmsg, rempty set if nothing was queued
+	rempty bool
 
 	wmu   sync.Mutex // guards the fields below, the send side
 	whdr  []unix.Mmsghdr
@@ -314,6 +316,7 @@ func (c *UDPConn) alloc() {
 		h.SetIovlen(1)
 	}
 	c.rfn = c.recvmmsg
+	c.pfn = func(fd uintptr) { c.rempty = !c.recvmmsg(fd) }
 	c.wfn = c.sendmmsg
 }
 
@@ -384,7 +387,13 @@ func (c *UDPConn) pollErr(err error) error {
 // ReadBatch blocks until at least one datagram arrives, or the read deadline passes, and fills up
 // to min(len(msgs), BatchSize()) of them: Buf[:N], Addr, Local, TOS, Truncated and, for a run GRO
 // coalesced, SegSize. Each Buf may be filled to its capacity.
-func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
+func (c *UDPConn) ReadBatch(msgs []Message) (int, error) { return c.readBatch(msgs, true) }
+
+// PollBatch is ReadBatch without the wait: it returns 0 and no error at once when nothing is queued,
+// whatever the read deadline. See Poller.
+func (c *UDPConn) PollBatch(msgs []Message) (int, error) { return c.readBatch(msgs, false) }
+
+func (c *UDPConn) readBatch(msgs []Message, block bool) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	if c.closed.Load() {
@@ -411,12 +420,22 @@ func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
 			h.Len = 0
 		}
 		c.rn = n
-		err := c.raw.Read(c.rfn)
+		var err error
+		c.rempty = false
+		if block {
+			err = c.raw.Read(c.rfn)
+		} else {
+			// Control runs the call on the descriptor without the poller, so no deadline stops it.
+			err = c.raw.Control(c.pfn)
+		}
 		for i := range n {
 			c.riov[i].Base = nil // do not keep the caller's buffers reachable
 		}
 		if err != nil {
 			return 0, c.pollErr(err)
+		}
+		if c.rempty {
+			return 0, nil
 		}
 		if c.rerr == 0 {
 			break

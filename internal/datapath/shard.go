@@ -310,6 +310,9 @@ func (s *shard) step() error {
 	s.inStep.Store(true)
 	s.collectReady()
 	now := d.clock.Now()
+	if s.timerDue(now) {
+		s.drainBeforeTimers(now)
+	}
 	s.fireTimers(now)
 	s.pumpAll(s.work, now)
 	s.work = s.work[:0]
@@ -395,6 +398,34 @@ func (s *shard) collectReady() {
 	s.mu.Unlock()
 	for _, q := range s.work[start:] {
 		s.file(q)
+	}
+}
+
+// timerDue reports whether a timer has come due by now.
+func (s *shard) timerDue(now time.Time) bool {
+	return s.timers.Len() > 0 && !s.timers[0].at.After(now)
+}
+
+// maxDrainBatches bounds drainBeforeTimers: a socket that never runs dry does not hold the timers off.
+const maxDrainBatches = 4
+
+// drainBeforeTimers takes what the socket already holds before due timers fire. A driver that did not
+// run for a while (its process descheduled on a loaded host, a GC pause) wakes with its timers past
+// due and, often, the very ACKs that would have stopped them waiting in the socket: firing first
+// would resend what the peer has, and count a retry against retry_cnt for nothing. A Conn that cannot
+// poll (conn.Poller) is left as it is.
+func (s *shard) drainBeforeTimers(now time.Time) {
+	p, ok := s.conn.(conn.Poller)
+	if !ok {
+		return
+	}
+	for range maxDrainBatches {
+		n, err := p.PollBatch(s.rx.msgs)
+		if err != nil || n == 0 {
+			return
+		}
+		s.d.stats.drains.Add(1)
+		s.receive(n, now)
 	}
 }
 
