@@ -1,0 +1,140 @@
+//go:build interop
+
+package interop
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/interop/lab"
+)
+
+// Loss in one direction only: netem on the guest's eth0 drops what rxe sends; the ifb path drops what
+// it receives, goroce's packets.
+const (
+	lossGuestSends    = `tc qdisc add dev eth0 root netem loss %d%%`
+	lossGuestReceives = `ip link set ifb0 up &&
+tc qdisc add dev eth0 handle ffff: ingress &&
+tc filter add dev eth0 parent ffff: matchall action mirred egress redirect dev ifb0 &&
+tc qdisc add dev ifb0 root netem loss %d%%`
+)
+
+// rxeCounter returns one of rxe's hardware counters in guest g.
+func rxeCounter(ctx context.Context, t testing.TB, g *lab.Guest, name string) int {
+	t.Helper()
+	out, err := g.Exec(ctx, "cat /sys/class/infiniband/rxe0/ports/1/hw_counters/"+name)
+	if err != nil {
+		t.Fatalf("rxe counter %s: %v\n%s", name, err, out)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatalf("rxe counter %s: %q", name, out)
+	}
+	return n
+}
+
+var pingpongRate = regexp.MustCompile(`(?m)^\d+ bytes in [\d.]+ seconds = ([\d.]+) Mbit/sec$`)
+
+// TestLossRecoveryBothWays: a 64 KiB RC pingpong at path MTU 1024 with goroce serving and
+// ibv_rc_pingpong as the client, under 10% loss of rxe's packets only, then of goroce's only. Both
+// sides' retransmission recovers either way; the two throughputs are reported, and must be of the
+// same order: what goroce does when the peer's packets are lost (NAK the gap, answer the
+// retransmission) must not cost much more than what it does when its own are.
+func TestLossRecoveryBothWays(t *testing.T) {
+	_, gs := lab.Start(t, 1)
+	g := gs[0]
+	c := pingpongCase{size: 65536, mtu: 1024, iters: 30}
+	rates := map[string]float64{}
+	for i, dir := range []struct{ name, script string }{
+		{"rxe-packets-lost", lossGuestSends},
+		{"goroce-packets-lost", lossGuestReceives},
+	} {
+		t.Run(dir.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			if out, err := g.Exec(ctx, fmt.Sprintf(dir.script, 10)); err != nil {
+				t.Fatalf("injecting loss: %v\n%s", err, out)
+			}
+			defer g.Exec(context.Background(), lossOffScript)
+			before := rxeCounters(ctx, g)
+			port := 19015 + i
+			cmd := lab.NSCommand(ctx, goroceBin, c.goroceArgs(port)...)
+			var sout lockedBuffer
+			cmd.Stdout, cmd.Stderr = &sout, &sout
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waited := make(chan error, 1)
+			go func() { waited <- cmd.Wait() }()
+			for !strings.Contains(sout.String(), "local address") {
+				select {
+				case err := <-waited:
+					t.Fatalf("goroce pingpong ended before listening: %v\n%s", err, sout.String())
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			out, cerr := g.Exec(ctx, fmt.Sprintf("timeout 200 %s -d rxe0 -g 1 -p %d %s %s", c.tool(), port, strings.Join(c.flags(), " "), lab.HostIP))
+			serr := <-waited
+			t.Logf("goroce pingpong (server):\n%s", sout.String())
+			t.Logf("%s (client):\n%s", c.tool(), out)
+			t.Logf("rxe counters before: %s\nrxe counters after:  %s", before, rxeCounters(ctx, g))
+			if serr != nil || cerr != nil {
+				t.Fatalf("goroce pingpong: %v; %s: %v", serr, c.tool(), cerr)
+			}
+			m := pingpongRate.FindStringSubmatch(sout.String())
+			if m == nil {
+				t.Fatalf("no rate in goroce's output")
+			}
+			rates[dir.name], _ = strconv.ParseFloat(m[1], 64)
+		})
+	}
+	a, b := rates["rxe-packets-lost"], rates["goroce-packets-lost"]
+	t.Logf("64 KiB pingpong, goroce serving, 10%% loss: rxe's packets lost %.2f Mbit/s, goroce's packets lost %.2f Mbit/s", a, b)
+	if a == 0 || b == 0 {
+		return
+	}
+	if r := max(a/b, b/a); r > 4 {
+		t.Errorf("recovery is %.1f times slower one way than the other", r)
+	}
+}
+
+// TestSlowPeer: goroce as the client of ib_write_bw, ib_read_bw and ib_read_lat with 8 MiB messages and
+// of ib_send_bw and ib_send_lat with 2 MiB ones (the sizes at which goroce's retries once ran out),
+// against rxe emulated under TCG, which takes far longer than a NIC to work through a window of
+// packets. goroce must not retransmit what rxe already has while rxe makes progress: the run
+// completes, and rxe's duplicate_request counter stays near 0 (each tail-loss probe is one duplicate,
+// and goroce sends at most two per tail).
+func TestSlowPeer(t *testing.T) {
+	_, gs := lab.Start(t, 1)
+	g := gs[0]
+	for i, c := range []perftestCase{
+		{test: "write_bw", flags: "-m 4096", size: 8 << 20, iters: 8},
+		{test: "read_bw", flags: "-m 4096", size: 8 << 20, iters: 8},
+		{test: "send_bw", flags: "-m 4096", size: 2 << 20, iters: 8},
+		{test: "read_lat", flags: "-m 4096", size: 8 << 20, iters: 5},
+		{test: "send_lat", flags: "-m 4096", size: 2 << 20, iters: 5},
+	} {
+		t.Run(c.name(), onGuest(g, nil, func(t testing.TB) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			dup0, oos0 := rxeCounter(ctx, t, g, "duplicate_request"), rxeCounter(ctx, t, g, "out_of_seq_request")
+			r := runPerftest(t, func(attempt int) perftestRun {
+				c.goroceFlags = "-stats"
+				return perftestGoroceClient(g, c, 19115+i+100*attempt)
+			})
+			t.Logf("goroce perf %s (client):\n%s", c.test, r.goroceOut)
+			t.Logf("ib_%s (server):\n%s", c.test, r.toolOut)
+			dup, oos := rxeCounter(ctx, t, g, "duplicate_request")-dup0, rxeCounter(ctx, t, g, "out_of_seq_request")-oos0
+			t.Logf("rxe: duplicate_request +%d, out_of_seq_request +%d; goroce: %v", dup, oos, goroceStats(t, r.goroceOut))
+			r.check(t, c)
+			if dup > 16 {
+				t.Errorf("goroce resent %d requests rxe already had", dup)
+			}
+		}))
+	}
+}
