@@ -68,7 +68,7 @@ func parseRping(args []string) (rpingArgs, error) {
 	fs.BoolVar(&a.opts.Debug, "d", false, "debug printfs")
 	fs.BoolVar(&a.opts.Persistent, "P", false, "persistent server mode allowing multiple connections")
 	fs.BoolVar(&selfQP, "q", false, "use self-created, self-modified QP (goroce always does)")
-	fs.DurationVar(&a.timeout, "timeout", 0, "give up after this long (0: never, like rping)")
+	fs.DurationVar(&a.timeout, "timeout", 0, "give up after this long (0: never, like rping); ends a -P server without an error")
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprintln(w, "usage:")
@@ -140,8 +140,8 @@ func rpingMain(args []string, stdout, stderr io.Writer) error {
 		}
 		defer srv.Close()
 		_, err = srv.Serve(ctx, stdout, stderr)
-		if a.opts.Persistent && errors.Is(err, context.Canceled) {
-			return nil // ^C ends a persistent server
+		if a.opts.Persistent && ctx.Err() != nil {
+			return nil // ^C or -timeout ends a persistent server
 		}
 		return err
 	}
