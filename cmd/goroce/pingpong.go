@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce"
+	"github.com/goroce/goroce/interop/capture"
 	"github.com/goroce/goroce/interop/pingpong"
 )
 
@@ -27,6 +28,7 @@ type pingpongArgs struct {
 	host    string // server to connect to; empty: be the server
 	port    int
 	timeout time.Duration
+	write   string // -w: the pcapng file of the run's packets
 	opts    pingpong.Options
 }
 
@@ -89,6 +91,7 @@ func parsePingpong(args []string) (pingpongArgs, error) {
 	fs.StringVar(&qpType, "qp-type", "rc", "rc (ibv_rc_pingpong), uc (ibv_uc_pingpong), ud (ibv_ud_pingpong) or srq (ibv_srq_pingpong)")
 	fs.BoolVar(&srq, "srq", false, "be ibv_srq_pingpong (-qp-type srq): -q QPs sharing one SRQ")
 	fs.DurationVar(&a.timeout, "timeout", 0, "give up after this long (0: never, like rc_pingpong)")
+	fs.StringVar(&a.write, "w", "", "write goroce's packets to `FILE`, pcapng, as tcpdump -w does (for Wireshark, tshark and goroce dump)")
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprintln(w, "usage:")
@@ -280,6 +283,21 @@ func runPingpong(args []string) error {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, a.timeout)
 		defer cancel()
+	}
+	if a.write != "" {
+		cw, err := capture.Create(a.write, nil)
+		if err != nil {
+			return fmt.Errorf("-w: %w", err)
+		}
+		a.opts.Tracer = cw.Tracer(nil)
+		defer func() {
+			// After the run, whose device has closed: every packet is in.
+			if err := cw.Close(); err != nil {
+				fmt.Fprintf(os.Stderr, "goroce pingpong: -w %s: %v\n", a.write, err)
+				return
+			}
+			fmt.Fprintf(os.Stderr, "wrote %d packets to %s\n", cw.Packets(), a.write)
+		}()
 	}
 	port := strconv.Itoa(a.port)
 	if a.host == "" {

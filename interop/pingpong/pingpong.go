@@ -129,6 +129,9 @@ type Options struct {
 	// Network is where the device's packets travel (goroce.Config.Network): the host's UDP sockets
 	// when nil, or a *goroce.MemNetwork for a test whose two sides both run goroce.
 	Network goroce.Network
+	// Tracer, if set, sees every packet the device sends and receives (goroce.Config.Tracer): a
+	// capture.Writer's Tracer writes them to a pcapng file, as goroce pingpong -w does.
+	Tracer goroce.Tracer
 }
 
 // DefaultOptions returns the defaults of the pingpong tool for t: ibv_rc_pingpong's for RC,
@@ -342,7 +345,7 @@ type peer struct {
 // address lines.
 func newPeer(addr netip.Addr, o Options, client bool, w io.Writer) (*peer, error) {
 	r := &peer{ud: o.Type == goroce.UD, qpn: make(map[goroce.QPN]int)}
-	cfg := goroce.Config{Addr: addr, Port: goroce.DefaultPort, Network: o.Network}
+	cfg := goroce.Config{Addr: addr, Port: goroce.DefaultPort, Network: o.Network, Tracer: o.Tracer}
 	if o.SRQ {
 		// All the QPs on one shard: their receives land in one buffer, which goroce then writes
 		// from one goroutine at a time (and the waiter in CQ.Wait drives that shard itself).
