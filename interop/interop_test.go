@@ -197,22 +197,7 @@ func TestPingpongGoroceServer(t *testing.T) {
 			port := 18615 + i
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			cmd := lab.NSCommand(ctx, goroceBin, c.goroceArgs(port)...)
-			var sout lockedBuffer
-			cmd.Stdout, cmd.Stderr = &sout, &sout
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			waited := make(chan error, 1)
-			go func() { waited <- cmd.Wait() }()
-			// goroce pingpong prints its address once it listens.
-			for !strings.Contains(sout.String(), "local address") {
-				select {
-				case err := <-waited:
-					t.Fatalf("goroce pingpong ended before listening: %v\n%s", err, sout.String())
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
+			sout, waited := startGoroce(ctx, t, "local address", c.goroceArgs(port))
 			out, cerr := g.Exec(ctx, fmt.Sprintf("timeout 90 %s -d rxe0 -g 1 -p %d %s %s", c.tool(), port, strings.Join(c.flags(), " "), lab.HostIP))
 			serr := <-waited
 			t.Logf("goroce pingpong (server):\n%s", sout.String())
@@ -227,6 +212,29 @@ func TestPingpongGoroceServer(t *testing.T) {
 			checkPingpongOutput(t, c.tool(), out, g.IP.String(), lab.HostIP, c.size, c.iters)
 		}))
 	}
+}
+
+// startGoroce starts goroce with args in the lab's namespace and returns once its output shows ready
+// (the line a server prints once it listens: "local address" for pingpong, "Waiting for client" for
+// perf). out collects its stdout and stderr; waited yields its exit.
+func startGoroce(ctx context.Context, t testing.TB, ready string, args []string) (out *lockedBuffer, waited <-chan error) {
+	t.Helper()
+	c := lab.NSCommand(ctx, goroceBin, args...)
+	out = new(lockedBuffer)
+	c.Stdout, c.Stderr = out, out
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan error, 1)
+	go func() { ch <- c.Wait() }()
+	for !strings.Contains(out.String(), ready) {
+		select {
+		case err := <-ch:
+			t.Fatalf("goroce %s ended before listening: %v\n%s", args[0], err, out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return out, ch
 }
 
 // lossScript makes guest 1 drop pct percent of the packets it sends (netem on eth0) and of those it

@@ -121,21 +121,7 @@ func TestIPv6Pingpong(t *testing.T) {
 		t.Run(v.name+"/goroce-server", onGuest(g, nil, func(t testing.TB) {
 			port := 19216 + 2*i
 			args := []string{"pingpong", "-g", "1", "-a", v.host.String(), "-p", strconv.Itoa(port), "-timeout", "90s"}
-			cmd := lab.NSCommand(ctx, goroceBin, append(args, c.flags()...)...)
-			var sout lockedBuffer
-			cmd.Stdout, cmd.Stderr = &sout, &sout
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			waited := make(chan error, 1)
-			go func() { waited <- cmd.Wait() }()
-			for !strings.Contains(sout.String(), "local address") {
-				select {
-				case err := <-waited:
-					t.Fatalf("goroce pingpong ended before listening: %v\n%s", err, sout.String())
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
+			sout, waited := startGoroce(ctx, t, "local address", append(args, c.flags()...))
 			out, cerr := g.Exec(ctx, fmt.Sprintf("timeout 90 %s -d rxe0 -g %d -p %d %s %s", c.tool(), v.guestGIDIndex, port, strings.Join(c.flags(), " "), lab.HostIP))
 			serr := <-waited
 			t.Logf("goroce pingpong (server):\n%s", sout.String())
@@ -195,21 +181,8 @@ func TestIPv6Perftest(t *testing.T) {
 		}))
 		t.Run(test+"/goroce-server", onGuest(g, nil, func(t testing.TB) {
 			port := 19316 + 2*i
-			cmd := lab.NSCommand(ctx, goroceBin, append([]string{"perf", test, "-x", "1", "-addr", lab.HostIP6, "-p", strconv.Itoa(port), "-timeout", "90s"}, strings.Fields(args)...)...)
-			var sout lockedBuffer
-			cmd.Stdout, cmd.Stderr = &sout, &sout
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			waited := make(chan error, 1)
-			go func() { waited <- cmd.Wait() }()
-			for !strings.Contains(sout.String(), "Waiting for client") {
-				select {
-				case err := <-waited:
-					t.Fatalf("goroce perf ended before listening: %v\n%s", err, sout.String())
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
+			sout, waited := startGoroce(ctx, t, "Waiting for client",
+				append([]string{"perf", test, "-x", "1", "-addr", lab.HostIP6, "-p", strconv.Itoa(port), "-timeout", "90s"}, strings.Fields(args)...))
 			out, cerr := g.Exec(ctx, fmt.Sprintf("timeout 90 ib_%s -d rxe0 -x %d -p %d %s %s", test, gix, port, args, lab.HostIP))
 			serr := <-waited
 			t.Logf("goroce perf %s (server):\n%s", test, sout.String())

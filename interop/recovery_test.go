@@ -63,21 +63,7 @@ func TestLossRecoveryBothWays(t *testing.T) {
 			defer g.Exec(context.Background(), lossOffScript)
 			before := rxeCounters(ctx, g)
 			port := 19015 + i
-			cmd := lab.NSCommand(ctx, goroceBin, c.goroceArgs(port)...)
-			var sout lockedBuffer
-			cmd.Stdout, cmd.Stderr = &sout, &sout
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			waited := make(chan error, 1)
-			go func() { waited <- cmd.Wait() }()
-			for !strings.Contains(sout.String(), "local address") {
-				select {
-				case err := <-waited:
-					t.Fatalf("goroce pingpong ended before listening: %v\n%s", err, sout.String())
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
+			sout, waited := startGoroce(ctx, t, "local address", c.goroceArgs(port))
 			out, cerr := g.Exec(ctx, fmt.Sprintf("timeout 200 %s -d rxe0 -g 1 -p %d %s %s", c.tool(), port, strings.Join(c.flags(), " "), lab.HostIP))
 			serr := <-waited
 			t.Logf("goroce pingpong (server):\n%s", sout.String())

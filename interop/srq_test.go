@@ -117,7 +117,7 @@ func TestSRQGoroceServer(t *testing.T) {
 			port := 18835 + i
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			sout, waited := startGoroceServer(ctx, t, c.goroceArgs(port))
+			sout, waited := startGoroce(ctx, t, "local address", c.goroceArgs(port))
 			out, cerr := g.Exec(ctx, fmt.Sprintf("timeout 90 ibv_srq_pingpong -d rxe0 -g 1 -p %d %s %s", port, strings.Join(c.flags(), " "), lab.HostIP))
 			serr := <-waited
 			t.Logf("goroce pingpong -srq (server):\n%s", sout.String())
@@ -163,7 +163,7 @@ func TestSRQQPCountMismatch(t *testing.T) {
 				rout, rerr = r.out, r.err
 			} else {
 				port := 18856
-				sout, waited := startGoroceServer(ctx, t, []string{"pingpong", "-srq", "-q", "4", "-n", "20",
+				sout, waited := startGoroce(ctx, t, "local address", []string{"pingpong", "-srq", "-q", "4", "-n", "20",
 					"-g", "1", "-a", lab.HostIP, "-p", strconv.Itoa(port), "-timeout", "60s"})
 				rout, rerr = g.Exec(ctx, fmt.Sprintf("%s -p %d %s", tool, port, lab.HostIP))
 				gerr = <-waited
@@ -184,28 +184,6 @@ func TestSRQQPCountMismatch(t *testing.T) {
 			}
 		}))
 	}
-}
-
-// startGoroceServer starts goroce with args in the lab's namespace and returns once it prints its
-// address, which it does once it listens. waited yields its exit.
-func startGoroceServer(ctx context.Context, t testing.TB, args []string) (out *lockedBuffer, waited <-chan error) {
-	t.Helper()
-	c := lab.NSCommand(ctx, goroceBin, args...)
-	out = new(lockedBuffer)
-	c.Stdout, c.Stderr = out, out
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ch := make(chan error, 1)
-	go func() { ch <- c.Wait() }()
-	for !strings.Contains(out.String(), "local address") {
-		select {
-		case err := <-ch:
-			t.Fatalf("goroce pingpong ended before listening: %v\n%s", err, out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return out, ch
 }
 
 // TestRCFlags: ibv_rc_pingpong -e (sleeping on its completion channel) against goroce pingpong -e,
@@ -262,7 +240,7 @@ func TestRCFlags(t *testing.T) {
 				r := <-srv
 				rout, rerr = r.out, r.err
 			} else {
-				sout, waited := startGoroceServer(ctx, t, args)
+				sout, waited := startGoroce(ctx, t, "local address", args)
 				rout, rerr = g.Exec(ctx, fmt.Sprintf("timeout 90 ibv_rc_pingpong -d rxe0 -g 1 -p %d %s %s", port, flags, lab.HostIP))
 				gerr = <-waited
 				gout = sout.String()
