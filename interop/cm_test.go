@@ -254,3 +254,105 @@ func TestRpingSeveral(t *testing.T) {
 		t.Errorf("goroce rping -s -P output:\n%s", sout)
 	}
 }
+
+// rxeCMRetries returns the guest CM's resends and the duplicates it received, summed over every
+// message (the kernel's cm_tx_retries and cm_rx_duplicates of rxe0's port 1).
+func rxeCMRetries(ctx context.Context, t testing.TB, g *lab.Guest) (retries, dups int) {
+	t.Helper()
+	out, err := g.Exec(ctx, `for d in /sys/class/infiniband/rxe0/ports/1 /sys/class/infiniband_cm/rxe0/1; do [ -d $d/cm_tx_retries ] || continue; cat $d/cm_tx_retries/* | awk '{s+=$1} END {print s}'; cat $d/cm_rx_duplicates/* | awk '{s+=$1} END {print s}'; exit 0; done; exit 1`)
+	if err != nil {
+		t.Fatalf("reading rxe's CM counters: %v\n%s", err, out)
+	}
+	if _, err := fmt.Sscan(out, &retries, &dups); err != nil {
+		t.Fatalf("rxe's CM counters: %q: %v", out, err)
+	}
+	return retries, dups
+}
+
+// goroceCMRetries returns the CM resends and duplicates in goroce rping -d's "cm counters:" lines.
+func goroceCMRetries(out string) (retries, dups int) {
+	for _, m := range regexp.MustCompile(`\b(Retries|Duplicates)\[\w+\]=(\d+)`).FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[2])
+		if m[1] == "Retries" {
+			retries += n
+		} else {
+			dups += n
+		}
+	}
+	return retries, dups
+}
+
+// TestRpingLoss: rping -V in both roles with 3% of the packets lost each way in the guest: the
+// transport's retransmissions and both CMs' MAD resends must recover, and every ping's data check.
+// Each role makes several connections (a persistent server, one client after the other), so that
+// the CM's MADs (REQ, REP, RTU, DREQ, DREP) meet the loss too; the resends each side counted are
+// logged (a run may lose none of them: 3% of some 60 MADs).
+func TestRpingLoss(t *testing.T) {
+	const conns = 6
+	c := rpingCase{size: 4000, count: 10}
+	_, gs := lab.Start(t, 1)
+	g := gs[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	loss := func(t testing.TB) { injectLoss(ctx, t, g, 3) }
+	loss(t)
+	defer g.Exec(context.Background(), lossOffScript)
+	rxeRetries0, rxeDups0 := rxeCMRetries(ctx, t, g)
+	var goroceRetries, goroceDups int
+	t.Run("goroce-server", onGuest(g, loss, func(t testing.TB) {
+		wait := startGoroceRping(t, ctx, "-P", "-v", "-V", "-p", "7530", "-S", strconv.Itoa(c.size), "-timeout", "5m")
+		for i := 0; i < conns; i++ {
+			out, err := g.Exec(ctx, guestRping(120, fmt.Sprintf("-c -v -V -a %s -p 7530 -S %d -C %d", lab.HostIP, c.size, c.count)))
+			t.Logf("rping -c #%d (vm%d):\n%s", i, g.N, out)
+			if err != nil {
+				t.Errorf("rping -c #%d: %v", i, err)
+			}
+			checkRpingLines(t, "rping -c", out, "ping data: ", c)
+		}
+		sout, serr := wait(true)
+		t.Logf("goroce rping -s -P:\n%s", clip(sout))
+		if serr != nil {
+			t.Errorf("goroce rping -s -P: %v", serr)
+		}
+		if n := strings.Count(sout, "server ping data: "); n != conns*c.count {
+			t.Errorf("goroce rping -s -P printed %d pings, want %d", n, conns*c.count)
+		}
+		if n := strings.Count(sout, "server DISCONNECT EVENT..."); n != conns {
+			t.Errorf("goroce rping -s -P saw %d disconnections, want %d", n, conns)
+		}
+		r, d := goroceCMRetries(sout)
+		goroceRetries, goroceDups = goroceRetries+r, goroceDups+d
+	}))
+	t.Run("goroce-client", onGuest(g, loss, func(t testing.TB) {
+		srv := execBackground(ctx, g, guestRping(240, fmt.Sprintf("-s -P -v -V -a %s -p 7531 -S %d", g.IP, c.size)))
+		if err := waitRpingListen(ctx, g, 7531); err != nil {
+			t.Fatalf("rping -s does not listen: %v", err)
+		}
+		for i := 0; i < conns; i++ {
+			out, err := lab.NSCommand(ctx, goroceBin, "rping", "-c", "-d", "-v", "-V", "-a", g.IP.String(), "-p", "7531",
+				"-S", strconv.Itoa(c.size), "-C", strconv.Itoa(c.count), "-timeout", "120s").CombinedOutput()
+			t.Logf("goroce rping -c #%d:\n%s", i, clip(string(out)))
+			if err != nil {
+				t.Errorf("goroce rping -c #%d: %v", i, err)
+			}
+			checkRpingLines(t, "goroce rping -c", string(out), "ping data: ", c)
+			r, d := goroceCMRetries(string(out))
+			goroceRetries, goroceDups = goroceRetries+r, goroceDups+d
+		}
+		if _, err := g.Exec(ctx, "pkill -INT -x rping; true"); err != nil {
+			t.Logf("stopping rping -s: %v", err)
+		}
+		s := <-srv
+		t.Logf("rping -s -P (vm%d):\n%s", g.N, clip(s.out))
+		if n := strings.Count(s.out, "server ping data: "); n != conns*c.count {
+			t.Errorf("rping -s -P printed %d pings, want %d", n, conns*c.count)
+		}
+	}))
+	rxeRetries, rxeDups := rxeCMRetries(ctx, t, g)
+	sent, recv := netemDrops(ctx, t, g, "eth0"), netemDrops(ctx, t, g, "ifb0")
+	t.Logf("lost: %d packets rxe sent, %d packets goroce sent; CM resends: rxe %d (duplicates received %d), goroce %d (duplicates received %d); rxe counters: %s",
+		sent, recv, rxeRetries-rxeRetries0, rxeDups-rxeDups0, goroceRetries, goroceDups, rxeCounters(ctx, g))
+	if sent == 0 || recv == 0 {
+		t.Errorf("loss was not injected both ways: %d and %d packets dropped", sent, recv)
+	}
+}

@@ -133,6 +133,10 @@ func rpingMain(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer dev.Close()
+	if a.opts.Debug {
+		// goroce's own debug line, after rping's: what its CM sent, resent and dropped.
+		defer func() { fmt.Fprintln(stdout, cmCounters(dev)) }()
+	}
 	if a.server {
 		srv, err := rping.Listen(dev, uint16(a.port), a.opts)
 		if err != nil {
@@ -177,4 +181,17 @@ func rpingSource(ctx context.Context, source string, remote netip.Addr) (netip.A
 	}
 	defer c.Close()
 	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
+}
+
+// cmCounters returns the device's nonzero CM counters on one line, "cm counters: Sent[ConnectRequest]=1 ...".
+func cmCounters(dev *goroce.Device) string {
+	st := dev.Stats().CM
+	var b strings.Builder
+	b.WriteString("cm counters:")
+	st.Each(func(name string, v uint64) {
+		if v != 0 {
+			fmt.Fprintf(&b, " %s=%d", name, v)
+		}
+	})
+	return b.String()
 }
