@@ -18,8 +18,17 @@ func writeNotes(w io.Writer, notes []explain.Note) {
 	}
 }
 
-// writeStories writes the story of every queue pair of a capture.
+// writeStories writes the story of every connection the CM set up and of every queue pair of a capture.
 func writeStories(w io.Writer, name string, a *explain.Analysis) {
+	if len(a.CM) > 0 {
+		fmt.Fprintf(w, "\nConnection manager (MADs on QP1) in %s, one connection at a time:\n", name)
+		for _, c := range a.CM {
+			fmt.Fprintf(w, "  connection %d, %v\n", c.ID, c)
+			for _, s := range c.Story {
+				fmt.Fprintf(w, "    %s\n", s)
+			}
+		}
+	}
 	if len(a.Pairs) == 0 {
 		return
 	}

@@ -131,6 +131,7 @@ type Analysis struct {
 	Pairs     []*Pair
 	Endpoints []*Endpoint
 	Packets   []Explanation // one per packet given to Analyze, in its order
+	CM        []*CMConn     // the connection manager's connections, from the MADs on QP1
 	byFrame   map[int]int
 }
 
@@ -161,6 +162,7 @@ func Analyze(pkts []Packet) *Analysis {
 	for _, c := range a.channels(ps) {
 		c.run()
 	}
+	a.analyzeCM(ps)
 	for _, p := range ps {
 		p.fateNotes()
 		p.ex.Notes = p.notes
@@ -224,6 +226,7 @@ type pkt struct {
 	deth    bool
 	srcQP   wire.QPN
 	payload int
+	madData []byte // a UD packet's payload: a MAD when it goes to QP1
 	role    Role
 
 	lost   string // the comment saying the receiver never got it (lost, dropped or corrupted on the way)
@@ -251,6 +254,9 @@ func decode(in *Packet, ex *Explanation) *pkt {
 		}
 		p.deth = wp.Has(wire.HdrDETH)
 		p.srcQP = f.DETH.SrcQP
+		if p.deth && p.bth.DestQP == gsiQPN {
+			p.madData = wp.Payload()
+		}
 	} else if len(in.Data) >= wire.BTHLen {
 		p.ok = true
 		p.err = err.Error()

@@ -17,6 +17,11 @@ func story(pr *Pair) []string {
 	span := fmtDur(s.End.Sub(s.Start))
 	switch pr.Transport {
 	case wire.TransportUD:
+		if pr.A.Known && pr.A.QPN == gsiQPN && pr.B.Known && pr.B.QPN == gsiQPN {
+			say("%s of the connection manager between %v and %v over %s; the CM resends its own requests on their timeouts (its story is told above, by connection).",
+				plural(s.Packets, "MAD"), pr.A.Addr, pr.B.Addr, span)
+			break
+		}
 		say("%s between %v and %v over %s; UD has no acknowledgments and no resends.",
 			plural(s.Packets, "datagram"), pr.A, pr.B, span)
 	case wire.TransportUC:
