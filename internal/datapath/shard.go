@@ -225,7 +225,6 @@ func (s *shard) tryDrive(cq *CQ, solicited bool, done <-chan struct{}) bool {
 
 // driveLocked is tryDrive once drive is held; it lets go of it.
 func (s *shard) driveLocked(cq *CQ, solicited bool, done <-chan struct{}) {
-	d := s.d
 	cq.driving.Store(s)
 	s.waitCQ, s.waitSolicited = cq, solicited
 	for !cq.ready(solicited) {
@@ -240,6 +239,13 @@ func (s *shard) driveLocked(cq *CQ, solicited bool, done <-chan struct{}) {
 	}
 	s.waitCQ = nil
 	cq.driving.Store(nil)
+	s.letGo()
+}
+
+// letGo lets go of drive, held by a waiter: it keeps the shard for the linger, or hands it over
+// at once when goroutines are parked on it.
+func (s *shard) letGo() {
+	d := s.d
 	if d.parked.Load() > 0 {
 		// Goroutines wait for a driver, to notify them or to hand them the shard: no linger.
 		s.lingerUntil.Store(0)
@@ -298,9 +304,16 @@ func (s *shard) waitFor(ctx context.Context, cq *CQ, solicited bool) {
 	s.want.Add(-1)
 	// The background driver let go of the shard because this goroutine wanted it, but the goroutine
 	// may not take it: its context ended, or its completion came with the hand-off and its Wait
-	// returns. Wake the background goroutine so that the shard is not left undriven (its packets
-	// unread until the next Wait); if another goroutine drives, it finds drive held and sleeps again.
-	s.wakeBackground()
+	// returns. If no one drives, the shard must not be left undriven (its packets unread until the
+	// next Wait): the goroutine lets go of it as a driving waiter does, keeping it for the linger
+	// (its next Wait comes soon in a request-reply loop) with the background goroutine armed to take
+	// over after, or handing it on to a parked waiter. If another goroutine drives, it hands the shard
+	// on when it lets go, and sees want without this goroutine (want was lowered before drive was
+	// tried): waking the background goroutine here would only make it take the shard from the next
+	// Wait, a hand-over each way per completion when several waiters share the shard.
+	if s.drive.TryLock() {
+		s.letGo()
+	}
 }
 
 // step runs one round of the driver: deadlines filed by others, due timers, then one read (or none,
