@@ -17,14 +17,23 @@ import (
 // perftestCase is one perftest run: goroce perf <test> against ib_<test> in the guest, with the same
 // flags on both sides. The cases cover the verbs the pingpong tests do not: RDMA WRITE (write_bw),
 // READ with multi-packet responses (read_bw and read_lat at path MTU 1024 and 4096), both atomics
-// (atomic_bw), SEND streams (send_bw) and the latency tests.
+// (atomic_bw, atomic_lat), SEND streams (send_bw) and the latency tests; and the modes that change
+// perftest's exchange: several QPs (-q), bidirectional runs (-b), timed runs (-D) and every size
+// (-a).
 type perftestCase struct {
 	test  string
 	flags string
 	size  int
 	iters int
-	// goroceFlags go to goroce perf only: its own flags, such as -stats.
-	goroceFlags string
+	// goroceFlags go to goroce perf only: its own flags, such as -stats; toolFlags to ib_<test> only.
+	goroceFlags, toolFlags string
+	// qps is the number of QPs the flags ask for (-q): the bandwidth tests' result lines count every
+	// QP's messages. 0 means 1.
+	qps int
+	// timed: the flags hold -D, and a side counts what it completed in its window.
+	timed bool
+	// all: the flags hold -a; sizes from 2 bytes to 8 MiB, one result line each.
+	all bool
 }
 
 func (c perftestCase) name() string {
@@ -32,11 +41,29 @@ func (c perftestCase) name() string {
 }
 
 func (c perftestCase) args() string {
+	switch {
+	case c.timed:
+		return fmt.Sprintf("-s %d %s", c.size, c.flags)
+	case c.all:
+		return fmt.Sprintf("-n %d %s", c.iters, c.flags)
+	}
 	return fmt.Sprintf("-s %d -n %d %s", c.size, c.iters, c.flags)
 }
 
-// perftestCases are small enough that both roles of all of them run in about a minute and a half under
-// TCG emulation.
+// resultIters is the #iterations column of a counted run's result lines.
+func (c perftestCase) resultIters() int {
+	if strings.HasSuffix(c.test, "_bw") {
+		return c.iters * max(c.qps, 1)
+	}
+	return c.iters
+}
+
+// bidirectional reports whether the case runs -b: both sides print the sum of both sides' reports.
+func (c perftestCase) bidirectional() bool { return strings.Contains(" "+c.flags+" ", " -b ") }
+
+// perftestCases are small enough to run quickly under TCG emulation: the issue 16 cases (-q, -b, -D 2,
+// atomic_lat, send_bw -a with -n 5, --report_gbits) took about 85 s per role in the lab, send_bw -a
+// 15 s of it.
 var perftestCases = []perftestCase{
 	{test: "write_bw", flags: "-m 1024", size: 65536, iters: 50},
 	{test: "write_bw", flags: "-m 4096", size: 65536, iters: 50},
@@ -51,36 +78,86 @@ var perftestCases = []perftestCase{
 	{test: "send_lat", flags: "-m 4096", size: 8192, iters: 50},
 	{test: "write_lat", flags: "-m 1024", size: 64, iters: 50},
 	{test: "write_lat", flags: "-m 4096", size: 8192, iters: 30},
+
+	// Issue 16: several QPs, bidirectional, timed, atomic_lat, every size.
+	{test: "write_bw", flags: "-q 2 -m 1024", size: 65536, iters: 30, qps: 2},
+	{test: "read_bw", flags: "-q 2 -m 4096", size: 16384, iters: 20, qps: 2},
+	{test: "send_bw", flags: "-q 2 -m 1024", size: 16384, iters: 30, qps: 2},
+	{test: "write_bw", flags: "-b -m 1024", size: 65536, iters: 30},
+	{test: "read_bw", flags: "-b -m 1024", size: 16384, iters: 20},
+	{test: "send_bw", flags: "-b -m 1024", size: 16384, iters: 30},
+	{test: "write_bw", flags: "-D 2 -m 1024", size: 16384, timed: true},
+	{test: "send_bw", flags: "-D 2 -m 1024", size: 16384, timed: true},
+	{test: "read_lat", flags: "-D 2 -m 1024", size: 64, timed: true},
+	{test: "atomic_lat", flags: "-A FETCH_AND_ADD", size: 8, iters: 100},
+	{test: "atomic_lat", flags: "-A CMP_AND_SWAP", size: 8, iters: 100},
+	{test: "send_bw", flags: "-a -m 4096 -u 18", iters: 5, all: true},
+	{test: "write_bw", flags: "--report_gbits -m 1024", size: 65536, iters: 30},
 }
 
 var (
-	perftestBWResult  = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+(\d+\.\d{6})\s*$`)
-	perftestLatResult = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+(\d+\.\d\d)(\s+\d+\.\d\d){6}\s*$`)
+	// perftest's REPORT_FMT, and REPORT_FMT_EXT (six decimals) for averages below 0.1 Gbit/s.
+	perftestBWResult     = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+(\d+\.\d{2}|\d+\.\d{6})\s+(\d+\.\d{2}|\d+\.\d{6})\s+(\d+\.\d{6})\s*$`)
+	perftestLatResult    = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+(\d+\.\d\d)(\s+\d+\.\d\d){6}\s*$`)
+	perftestLatDurResult = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s*$`)
+	// perftestGarbage is a bandwidth result line no run has: what perftest prints when it reads a key
+	// message as a report (3472328296395452464 is "00000000" read as an integer).
+	perftestGarbage = regexp.MustCompile(`(?m)^ \d{10,}\s+\d+|^ \d+\s+\d{11,}\s`)
 )
 
-// perftestResult returns the result line a side printed, or "" if none.
-func perftestResult(t testing.TB, c perftestCase, who, out string) string {
+// perftestResults returns the result lines a side printed, or none.
+func perftestResults(t testing.TB, c perftestCase, who, out string) []string {
 	t.Helper()
 	re := perftestBWResult
-	if strings.HasSuffix(c.test, "_lat") {
+	switch {
+	case strings.HasSuffix(c.test, "_lat") && c.timed:
+		re = perftestLatDurResult
+	case strings.HasSuffix(c.test, "_lat"):
 		re = perftestLatResult
 	}
-	m := re.FindStringSubmatch(out)
-	if m == nil {
-		return ""
-	}
-	if m[1] != strconv.Itoa(c.size) || m[2] != strconv.Itoa(c.iters) {
-		t.Errorf("%s result line %q: want %d bytes, %d iterations", who, m[0], c.size, c.iters)
-	}
-	if v, _ := strconv.ParseFloat(m[3], 64); strings.HasSuffix(c.test, "_lat") && v <= 0 {
-		t.Errorf("%s result line %q: t_min is not positive", who, m[0])
-	}
-	if strings.HasSuffix(c.test, "_bw") {
-		if v, _ := strconv.ParseFloat(m[4], 64); v <= 0 {
-			t.Errorf("%s result line %q: average bandwidth is not positive", who, m[0])
+	var lines []string
+	for i, m := range re.FindAllStringSubmatch(out, -1) {
+		lines = append(lines, m[0])
+		size := c.size
+		if c.all {
+			size = 2 << i
+		}
+		switch {
+		case m[1] != strconv.Itoa(size):
+			t.Errorf("%s result line %q: want %d bytes", who, m[0], size)
+		case c.timed && m[2] == "0":
+			t.Errorf("%s result line %q: no iteration in the window", who, m[0])
+		case !c.timed && m[2] != strconv.Itoa(c.resultIters()):
+			t.Errorf("%s result line %q: want %d iterations", who, m[0], c.resultIters())
+		}
+		if v, _ := strconv.ParseFloat(m[3], 64); strings.HasSuffix(c.test, "_lat") && v <= 0 {
+			t.Errorf("%s result line %q: t_min (t_avg) is not positive", who, m[0])
+		}
+		if strings.HasSuffix(c.test, "_bw") {
+			// The message rate: a few 16-byte messages under TCG may round to 0.00 MB/s.
+			if v, _ := strconv.ParseFloat(m[5], 64); v <= 0 {
+				t.Errorf("%s result line %q: the message rate is not positive", who, m[0])
+			}
 		}
 	}
-	return m[0]
+	return lines
+}
+
+// perftestResult returns the last result line a side printed, or "" if none.
+func perftestResult(t testing.TB, c perftestCase, who, out string) string {
+	t.Helper()
+	lines := perftestResults(t, c, who, out)
+	if len(lines) == 0 {
+		return ""
+	}
+	want := 1
+	if c.all {
+		want = 23
+	}
+	if len(lines) != want {
+		t.Errorf("%s printed %d result lines, want %d", who, len(lines), want)
+	}
+	return lines[len(lines)-1]
 }
 
 // checkPerftest checks both sides' results: every side that measures prints a line; the server of a
@@ -92,18 +169,25 @@ func checkPerftest(t testing.TB, c perftestCase, client, clientOut, server, serv
 	if cl == "" {
 		t.Errorf("%s (client) printed no result line:\n%s", client, clientOut)
 	}
-	switch c.test {
-	case "read_lat":
+	switch {
+	case c.test == "read_lat" || c.test == "atomic_lat":
 		if sl != "" {
-			t.Errorf("%s (server) printed a result line; ib_read_lat's server does not:\n%s", server, serverOut)
+			t.Errorf("%s (server) printed a result line; ib_%s's server does not:\n%s", server, c.test, serverOut)
 		}
-	case "send_lat", "send_bw", "write_lat":
+	case c.timed && c.bidirectional(), c.test == "send_lat", c.test == "write_lat", c.test == "send_bw" && !c.bidirectional():
+		// Each side prints its own figures.
 		if sl == "" {
 			t.Errorf("%s (server) printed no result line:\n%s", server, serverOut)
 		}
 	default:
+		// The server prints the client's report, or both sides the sum of both reports (-b).
 		if sl != cl {
 			t.Errorf("%s (server) printed %q, not the client's report %q", server, sl, cl)
+		}
+	}
+	for who, out := range map[string]string{client: clientOut, server: serverOut} {
+		if m := perftestGarbage.FindString(out); m != "" {
+			t.Errorf("%s printed a garbage result line %q", who, m)
 		}
 	}
 }
@@ -136,6 +220,50 @@ func TestPerftestGoroceServer(t *testing.T) {
 			r.check(t, c)
 			checkPerftest(t, c, "ib_"+c.test, r.toolOut, "goroce perf", r.goroceOut)
 		}))
+	}
+}
+
+// perftestMismatches run goroce perf and ib_<test> with one setting that differs (toolFlags or
+// goroceFlags): perftest does not notice and prints garbage or waits, goroce perf must end with a
+// one-line error that names the flag (want), and print no result line.
+var perftestMismatches = []struct {
+	perftestCase
+	want string
+}{
+	{perftestCase{test: "write_bw", flags: "-m 1024", size: 65536, iters: 20, toolFlags: "-q 2"}, "-q differs"},
+	{perftestCase{test: "write_bw", flags: "-m 1024", size: 65536, iters: 20, goroceFlags: "-q 2"}, "-q differs"},
+	{perftestCase{test: "write_bw", flags: "-m 1024", size: 65536, iters: 20, toolFlags: "-b"}, "-b"},
+	{perftestCase{test: "write_bw", flags: "-m 1024", size: 65536, iters: 20, goroceFlags: "-b"}, "-b"},
+}
+
+// TestPerftestMismatch: goroce perf in both roles against ib_<test> run with another setting.
+func TestPerftestMismatch(t *testing.T) {
+	_, gs := lab.Start(t, 1)
+	g := gs[0]
+	for i, m := range perftestMismatches {
+		c := m.perftestCase
+		name := c.name() + "-tool" + strings.ReplaceAll(c.toolFlags, " ", "") + "-goroce" + strings.ReplaceAll(c.goroceFlags, " ", "")
+		for _, role := range []string{"GoroceClient", "GoroceServer"} {
+			t.Run(name+"/"+role, onGuest(g, nil, func(t testing.TB) {
+				var r perftestRun
+				if role == "GoroceClient" {
+					r = perftestGoroceClient(g, c, 19115+i+10*len(role))
+				} else {
+					r = perftestGoroceServer(g, c, 19215+i+10*len(role))
+				}
+				t.Logf("goroce perf %s %s (%s):\n%s", c.test, c.goroceFlags, role, r.goroceOut)
+				t.Logf("ib_%s %s: %v\n%s", c.test, c.toolFlags, r.toolErr, r.toolOut)
+				if r.goroceErr == nil || !strings.Contains(r.goroceOut, m.want) || !strings.Contains(r.goroceOut, "differ") {
+					t.Errorf("goroce perf: %v; want an error that says %q", r.goroceErr, m.want)
+				}
+				if l := perftestGarbage.FindString(r.goroceOut); l != "" {
+					t.Errorf("goroce perf printed the garbage line %q", l)
+				}
+				if l := perftestBWResult.FindString(r.goroceOut); l != "" && role == "GoroceServer" {
+					t.Errorf("goroce perf printed a result line %q", l)
+				}
+			}))
+		}
 	}
 }
 
@@ -184,7 +312,7 @@ func calibrationFailed(out string) bool {
 func perftestGoroceClient(g *lab.Guest, c perftestCase, port int) perftestRun {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv := execBackground(ctx, g, fmt.Sprintf("timeout 90 ib_%s -d rxe0 -x 1 -p %d %s", c.test, port, c.args()))
+	srv := execBackground(ctx, g, fmt.Sprintf("timeout 90 ib_%s -d rxe0 -x 1 -p %d %s %s", c.test, port, c.args(), c.toolFlags))
 	if err := waitListen(ctx, g, port); err != nil {
 		s := <-srv
 		return perftestRun{goroceErr: fmt.Errorf("ib_%s does not listen: %w", c.test, err), toolOut: s.out, toolErr: s.err}
@@ -217,7 +345,7 @@ func perftestGoroceServer(g *lab.Guest, c perftestCase, port int) perftestRun {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	out, cerr := g.Exec(ctx, fmt.Sprintf("timeout 90 ib_%s -d rxe0 -x 1 -p %d %s %s", c.test, port, c.args(), lab.HostIP))
+	out, cerr := g.Exec(ctx, fmt.Sprintf("timeout 90 ib_%s -d rxe0 -x 1 -p %d %s %s %s", c.test, port, c.args(), c.toolFlags, lab.HostIP))
 	serr := <-waited
 	return perftestRun{goroceOut: sout.String(), goroceErr: serr, toolOut: out, toolErr: cerr}
 }
