@@ -176,7 +176,6 @@ type cmDevice struct {
 	armed     time.Time
 	rng       *rand.Rand
 	buf       [mad.Len]byte
-	badCMA    uint64 // REQs for a listener whose private data has no CMA header
 }
 
 // deriveGUID returns the CA GUID of a device at a: EUI-64 shaped, unicast and locally administered
@@ -359,8 +358,7 @@ func (m *cmDevice) request(now time.Time, ev cm.Event) {
 		_ = m.eng.Reject(now, ev.ID, mad.RejInvalidServiceID, nil)
 		return
 	case err != nil:
-		m.badCMA++
-		_ = m.eng.Reject(now, ev.ID, mad.RejConsumerReject, nil)
+		_ = m.eng.RejectBadCMAHeader(now, ev.ID)
 		return
 	}
 	r := &ConnRequest{m: m, l: l, id: ev.ID, qp: ev.QP,
@@ -451,37 +449,16 @@ type CMStats struct {
 // Each calls fn with every counter's name and value; arrays give their nonzero entries, named by
 // attribute or reason ("Sent[ConnectRequest]", "RejectsRcvd[consumer reject]").
 func (s *CMStats) Each(fn func(name string, v uint64)) {
-	c := s.engine()
+	c := cm.Counters(*s)
 	c.Each(fn)
-	fn("BadCMAHeader", s.BadCMAHeader)
 }
 
-// engine returns the counters the engine keeps, the device's own left out.
-func (s *CMStats) engine() cm.Counters {
-	return cm.Counters{Received: s.Received, Sent: s.Sent, Rcvd: s.Rcvd, Retries: s.Retries, Duplicates: s.Duplicates,
-		RejectsSent: s.RejectsSent, RejectsRcvd: s.RejectsRcvd, Established: s.Established, Unreachable: s.Unreachable,
-		StaleRejected: s.StaleRejected, TimewaitExits: s.TimewaitExits, SIDRResolved: s.SIDRResolved,
-		UnknownAnswered: s.UnknownAnswered, Dropped: s.Dropped, DropMalformed: s.DropMalformed, DropNotCM: s.DropNotCM,
-		DropClassVersion: s.DropClassVersion, DropUnknownAttribute: s.DropUnknownAttribute,
-		DropUnsupported: s.DropUnsupported, DropUnknownConn: s.DropUnknownConn, DropState: s.DropState,
-		DropQPN: s.DropQPN, DropBacklog: s.DropBacklog, DropConnTable: s.DropConnTable,
-		DropTxQueueFull: s.DropTxQueueFull, DropEventQueueFull: s.DropEventQueueFull,
-		TransitionErrors: s.TransitionErrors, BuildErrors: s.BuildErrors}
-}
-
+// stats returns the engine's counters. CMStats has cm.Counters' fields in the same order, so that each
+// converts to the other: a field added to one and not the other breaks the build here.
 func (m *cmDevice) stats() CMStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	c := m.eng.Counters()
-	return CMStats{Received: c.Received, Sent: c.Sent, Rcvd: c.Rcvd, Retries: c.Retries, Duplicates: c.Duplicates,
-		RejectsSent: c.RejectsSent, RejectsRcvd: c.RejectsRcvd, Established: c.Established, Unreachable: c.Unreachable,
-		StaleRejected: c.StaleRejected, TimewaitExits: c.TimewaitExits, SIDRResolved: c.SIDRResolved,
-		UnknownAnswered: c.UnknownAnswered, Dropped: c.Dropped, DropMalformed: c.DropMalformed, DropNotCM: c.DropNotCM,
-		DropClassVersion: c.DropClassVersion, DropUnknownAttribute: c.DropUnknownAttribute,
-		DropUnsupported: c.DropUnsupported, DropUnknownConn: c.DropUnknownConn, DropState: c.DropState,
-		DropQPN: c.DropQPN, DropBacklog: c.DropBacklog, DropConnTable: c.DropConnTable,
-		DropTxQueueFull: c.DropTxQueueFull, DropEventQueueFull: c.DropEventQueueFull,
-		TransitionErrors: c.TransitionErrors, BuildErrors: c.BuildErrors, BadCMAHeader: m.badCMA}
+	return CMStats(m.eng.Counters())
 }
 
 // Conn is a connection the CM set up: a connected RC (or UC) queue pair, its CQs, and what the peer

@@ -215,7 +215,10 @@ func TestCMReject(t *testing.T) {
 	ctx := cmCtx(t)
 	l, err := p.server.Listen(7000, nil)
 	ok(t, err)
+	answered := make(chan struct{})
+	defer func() { <-answered }() // before the devices close: the answers after the REJ must meet ErrBadState
 	go func() {
+		defer close(answered)
 		r, err := l.Request(ctx)
 		if err != nil {
 			return

@@ -82,6 +82,10 @@ type Counters struct {
 	DropEventQueueFull   uint64 // an event with the queue full (cannot happen; counted if it does)
 	TransitionErrors     uint64 // state changes the transition table refused: bugs, always 0
 	BuildErrors          uint64 // MADs that would not build: bugs, always 0
+
+	// BadCMAHeader counts REQs rejected for their private data (RejectBadCMAHeader): without
+	// rdma_cm's header.
+	BadCMAHeader uint64
 }
 
 // Each calls fn with the name and value of every counter, arrays expanded with their index's name.

@@ -32,6 +32,16 @@ func (e *Engine) Reject(now time.Time, id ConnID, reason mad.RejectReason, p []b
 	return nil
 }
 
+// RejectBadCMAHeader rejects request id (RejConsumerReject) because its private data lacks the header
+// the owner's convention requires (rdma_cm's CMA header), and counts it in Counters.BadCMAHeader.
+func (e *Engine) RejectBadCMAHeader(now time.Time, id ConnID) error {
+	err := e.Reject(now, id, mad.RejConsumerReject, nil)
+	if err == nil {
+		e.c.BadCMAHeader++
+	}
+	return err
+}
+
 // reject sends c's REJ and moves it on as Linux's ib_send_cm_rej does: to idle, or to timewait once
 // the peer may have a connected QP (after our REP).
 func (e *Engine) reject(now time.Time, c *conn, reason mad.RejectReason, ari, p []byte) {
