@@ -168,6 +168,7 @@ func TestLoopback(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			if c.race && raceEnabled {
 				t.Skip("write_lat polls memory the peer's WRITEs change, which the race detector reports")
 			}
