@@ -156,7 +156,12 @@ func (r *sendRing) push(wr *SendWR, t Type) (*sendWQE, error) {
 		i -= len(r.slots)
 	}
 	w := &r.slots[i]
-	*w = sendWQE{wr: *wr, length: length}
+	// The fields are copied one by one, never *wr whole: a copy of *wr would let the caller's SGL,
+	// AH and InlineData escape (the compiler cannot see that they are replaced below), and every
+	// post of a work request built on the caller's stack would allocate.
+	*w = sendWQE{length: length, wr: SendWR{ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm,
+		InvalidateRKey: wr.InvalidateRKey, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey, CompareAdd: wr.CompareAdd,
+		Swap: wr.Swap, RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey}}
 	w.wr.SGL = append(r.sges[i][:0], wr.SGL...)
 	if wr.AH != nil {
 		w.ah = *wr.AH
