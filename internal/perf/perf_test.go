@@ -97,6 +97,18 @@ func TestRun(t *testing.T) {
 	kinds := map[Kind]bool{}
 	for _, s := range specs {
 		kinds[s.Kind] = true
+		// On a loaded machine one 50 ms interval of a stream can pass with no message completed (the
+		// child not scheduled, a retransmission timeout in the window): a kind must measure something
+		// in at least one of its runs, not in every one.
+		measured := 0
+		for _, o := range rep.Outcomes[s.ID] {
+			if o.Done && o.Err == nil && (s.Kind.PingPong() || o.Result.Messages > 0) {
+				measured++
+			}
+		}
+		if measured == 0 {
+			t.Errorf("%s: no run measured anything", s.ID)
+		}
 		for run, o := range rep.Outcomes[s.ID] {
 			r := o.Result
 			switch {
@@ -109,8 +121,10 @@ func TestRun(t *testing.T) {
 				if goroceKind := s.Kind == GorocePingPong || s.Kind == LocalPingPong; goroceKind != (r.PacketsPerRTT >= 2) {
 					t.Errorf("run %d, %s: %v packets per round trip", run, s.ID, r.PacketsPerRTT)
 				}
+			case r.Messages == 0:
+				t.Logf("run %d, %s: no message completed in the interval", run, s.ID)
 			default:
-				if r.Gbps <= 0 || r.Bytes == 0 || r.Messages == 0 {
+				if r.Gbps <= 0 || r.Bytes == 0 {
 					t.Errorf("run %d, %s: %v Gb/s, %d bytes, %d messages", run, s.ID, r.Gbps, r.Bytes, r.Messages)
 				}
 			}
@@ -138,7 +152,8 @@ func TestRun(t *testing.T) {
 		t.Errorf("%d ratios", len(ratios))
 	}
 	for _, r := range ratios {
-		if r.N != cfg.Runs || !(r.Median > 0) {
+		// A run whose interval completed nothing (see above) gives its ratios no value.
+		if r.N < 1 || r.N > cfg.Runs || !(r.Median > 0) {
 			t.Errorf("ratio %s: %+v", r.Name, r.Summary)
 		}
 	}
