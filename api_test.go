@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"sync"
@@ -665,5 +666,42 @@ func TestInitThenConnect(t *testing.T) {
 	}
 	if wc := waitOne(t, cqb); wc.Err() != nil || wc.WRID != 5 || string(recv.Bytes()[:wc.ByteLen]) != "first" {
 		t.Fatalf("%#v", wc)
+	}
+}
+
+// TestErrorAfterReceive: a program that moves its QP to ERR as soon as a receive completes (as a
+// connection's Close does) still acknowledges that SEND. The ACK may be waiting for company
+// (Config.AckDelay, here a long 5 ms so that it always is); it leaves before the QP stops, and the
+// sender's SEND completes with success instead of resending into a dead QP until its retries run out.
+func TestErrorAfterReceive(t *testing.T) {
+	net := goroce.NewMemNetwork()
+	open := func(addr string) (*goroce.PD, *goroce.CQ, *goroce.QP) {
+		d, err := goroce.Open(goroce.Config{Addr: netip.MustParseAddr(addr), Network: net, AckDelay: 5 * time.Millisecond})
+		ok(t, err)
+		t.Cleanup(func() { d.Close() })
+		pd, _ := d.AllocPD()
+		cq, _ := d.CreateCQ(8)
+		q, err := pd.CreateQP(goroce.QPInit{Type: goroce.RC, SendCQ: cq, RecvCQ: cq})
+		ok(t, err)
+		return pd, cq, q
+	}
+	for i := range 5 {
+		_, cqa, qa := open(fmt.Sprintf("10.0.%d.1", i))
+		pdb, cqb, qb := open(fmt.Sprintf("10.0.%d.2", i))
+		recv, _ := pdb.AllocMR(64, goroce.LocalWrite)
+		o := goroce.DefaultConnectOptions()
+		o.Timeout, o.RetryCnt = 12, 1 // 16.8 ms, one retry: a lost ACK fails the SEND in ~34 ms
+		ok(t, qb.Init())
+		ok(t, qb.PostRecv(&goroce.RecvWR{WRID: 5, SGL: []goroce.SGE{recv.SGE(0, 64)}}))
+		ok(t, qa.Connect(qb.Endpoint(), &o))
+		ok(t, qb.Connect(qa.Endpoint(), &o))
+		ok(t, qa.PostSend(&goroce.SendWR{Opcode: goroce.WRSend, Flags: goroce.Inline | goroce.Signaled, InlineData: []byte("bye")}))
+		if wc := waitOne(t, cqb); wc.Err() != nil {
+			t.Fatal(wc.Err())
+		}
+		ok(t, qb.Modify(&goroce.Attr{State: goroce.StateErr}, goroce.AttrState))
+		if wc := waitOne(t, cqa); wc.Err() != nil {
+			t.Fatalf("run %d: the SEND the peer received completed with %v", i, wc.Err())
+		}
 	}
 }

@@ -160,6 +160,20 @@ func (q *QP) Modify(a *qp.Attr, mask qp.AttrMask, peer netip.AddrPort) error {
 		q.mu.Unlock()
 		return ErrClosed
 	}
+	if mask&qp.AttrState != 0 && (a.State == qp.StateErr || a.State == qp.StateReset) && q.eng.State() != a.State {
+		// ACKs waiting for company (the engine's AckDelay) answer requests whose completions the
+		// program may already hold: they leave before the QP stops, as Close lets them, or the peer
+		// resends into a QP that drops everything and ends with its retries exhausted. rxe, which
+		// acknowledges at once, never holds one back.
+		q.eng.ReleaseAcks()
+		q.mu.Unlock()
+		q.send(q.d.clock.Now())
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return ErrClosed
+		}
+	}
 	err := q.eng.Modify(q.d.clock.Now(), a, mask)
 	if err == nil && peer.IsValid() {
 		q.setPeer(peer)
