@@ -334,3 +334,29 @@ func answer(e *Engine, now time.Time, ev Event) {
 		e.AnswerSIDR(now, ev.ID, &SIDRAnswer{QPN: qpnB, QKey: 0x01234567})
 	}
 }
+
+// TestREQReservedQPN: a REQ naming QP0 or QP1 as its QP is dropped and counted before any state: no
+// answer, no event, no connection; the same REQ with an ordinary QPN reaches the owner.
+func TestREQReservedQPN(t *testing.T) {
+	e := NewEngine(Config{LocalGID: gidB})
+	e.Listen(svc, 0)
+	for _, qpn := range []wire.QPN{0, 1} {
+		e.HandleMAD(t0, gidA, rawREQ(t, func(f *mad.REQFields) { f.LocalQPN = qpn }))
+		if _, _, ok := e.PollMAD(nil); ok {
+			t.Errorf("QPN %d: answered", qpn)
+		}
+		if ev, ok := e.PollEvent(); ok {
+			t.Errorf("QPN %d: reported %+v", qpn, ev)
+		}
+		if e.Len() != 0 {
+			t.Errorf("QPN %d: %d connections", qpn, e.Len())
+		}
+	}
+	if c := e.Counters(); c.DropReservedQPN != 2 || c.Dropped != 2 {
+		t.Errorf("reserved QPN drops %d, dropped %d; want 2, 2", c.DropReservedQPN, c.Dropped)
+	}
+	e.HandleMAD(t0, gidA, rawREQ(t, func(f *mad.REQFields) { f.LocalQPN = 2 }))
+	if ev, ok := e.PollEvent(); !ok || ev.Kind != EventRequest || ev.QP.DestQPN != 2 {
+		t.Errorf("QPN 2: %+v", ev)
+	}
+}

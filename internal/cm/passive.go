@@ -25,11 +25,21 @@ type AcceptParams struct {
 	PrivateData        []byte // at most mad.REPPrivateDataLen bytes
 }
 
+// reservedQPNs is the last reserved QP number: QP0 (SMI) and QP1 (GSI).
+const reservedQPNs wire.QPN = 1
+
 // rcvREQ handles a ConnectRequest, checked in Linux's order (cm_match_req, then the path): a duplicate
 // of a known request, a stale connection, a service nobody listens on, a path or transport this side
 // cannot take, and only then the listener's backlog and the connection table.
 func (e *Engine) rcvREQ(now time.Time, from netip.Addr, m mad.MAD) {
 	r := m.REQ()
+	if r.LocalQPN() <= reservedQPNs {
+		// QP0 and QP1 are the SMI's and the GSI's, UD QPs no CM connects (IBTA Vol 1 3.5.8, 12.6.5):
+		// a REQ naming one is malformed. Chapter 12 has no reject reason for it and Linux's
+		// cm_req_handler does not look, so it is dropped, counted, before any state or owner sees it.
+		e.drop(&e.c.DropReservedQPN)
+		return
+	}
 	if c := e.byRemote[remoteKey{r.LocalCommID(), r.LocalCAGUID()}]; c != nil {
 		e.dupREQ(c)
 		return
