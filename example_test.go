@@ -435,3 +435,71 @@ func connect(a, b *goroce.QP) {
 	check(a.Connect(b.Endpoint(), nil))
 	check(b.Connect(a.Endpoint(), nil))
 }
+
+// Connecting the way RDMA applications do, through the RDMA connection manager: a listener on a port
+// (rdma_listen), a request taken and accepted on one side and Dial on the other (rdma_connect), each
+// ending with a connected RC queue pair and its CQs. Here the server posts its receive on a QP of its
+// own before it accepts, as rdma_cm programs do, so that the client's first SEND finds it
+// (Listener.Accept instead makes a QP for each connection); the client uses the QP Dial made. Close disconnects (DREQ), and the peer's Conn.Done closes. rping, perftest
+// -R and librdmacm's examples connect so, and goroce rping speaks with them.
+func ExampleDevice_Dial() {
+	// The CM finds its peer at the UDP port it has itself: RoCEv2's 4791, as every RoCE device.
+	network := goroce.NewMemNetwork()
+	server, err := goroce.Open(goroce.Config{Addr: netip.MustParseAddr("10.0.0.1"), Port: goroce.DefaultPort, Network: network})
+	check(err)
+	defer server.Close()
+	client, err := goroce.Open(goroce.Config{Addr: netip.MustParseAddr("10.0.0.2"), Port: goroce.DefaultPort, Network: network})
+	check(err)
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	// The server: its QP, with a receive posted, then Listen and Accept.
+	pd, err := server.AllocPD()
+	check(err)
+	cq, err := server.CreateCQ(8)
+	check(err)
+	qp, err := pd.CreateQP(goroce.QPInit{Type: goroce.RC, SendCQ: cq, RecvCQ: cq})
+	check(err)
+	buf, err := pd.AllocMR(64, goroce.LocalWrite)
+	check(err)
+	check(qp.Init())
+	check(qp.PostRecv(&goroce.RecvWR{SGL: []goroce.SGE{buf.SGE(0, 64)}}))
+	ln, err := server.Listen(7471, nil)
+	check(err)
+	defer ln.Close()
+	accepted := make(chan *goroce.Conn, 1)
+	go func() {
+		req, err := ln.Request(ctx) // the REQ, before anything is answered (RDMA_CM_EVENT_CONNECT_REQUEST)
+		check(err)
+		so := goroce.DefaultCMOptions()
+		so.PD, so.QP = pd, qp
+		c, err := req.Accept(ctx, &so) // REP; returns once the RTU has come (ESTABLISHED)
+		check(err)
+		accepted <- c
+	}()
+
+	// The client: Dial, then a SEND on the connection's QP.
+	co := goroce.DefaultCMOptions()
+	co.PrivateData = []byte("hello from the client")
+	c, err := client.Dial(ctx, ln.Addr().String(), &co)
+	check(err)
+	s := <-accepted
+	fmt.Printf("server got %q\n", bytes.TrimRight(s.PrivateData(), "\x00"))
+	check(c.QP().PostSend(&goroce.SendWR{Opcode: goroce.WRSend, Flags: goroce.Signaled | goroce.Inline, InlineData: []byte("ping")}))
+	wc := make([]goroce.Completion, 1)
+	_, err = s.RecvCQ().Wait(ctx, wc)
+	check(err)
+	check(wc[0].Err())
+	fmt.Printf("server received %q\n", buf.Bytes()[:wc[0].ByteLen])
+
+	check(c.Close()) // DREQ
+	<-s.Done()
+	fmt.Println("server saw:", s.Err())
+	check(s.Close())
+	check(qp.Close())
+	// Output:
+	// server got "hello from the client"
+	// server received "ping"
+	// server saw: goroce: connection disconnected by the peer
+}
