@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce"
+	"github.com/goroce/goroce/interop/capture"
 	"github.com/goroce/goroce/interop/rping"
 )
 
@@ -29,6 +30,7 @@ type rpingArgs struct {
 	source  string // -I: the client's local address
 	port    int
 	timeout time.Duration
+	write   string // -w: the pcapng file of the run's packets, the CM's MADs included
 	opts    rping.Options
 }
 
@@ -69,6 +71,7 @@ func parseRping(args []string) (rpingArgs, error) {
 	fs.BoolVar(&a.opts.Persistent, "P", false, "persistent server mode allowing multiple connections")
 	fs.BoolVar(&selfQP, "q", false, "use self-created, self-modified QP (goroce always does)")
 	fs.DurationVar(&a.timeout, "timeout", 0, "give up after this long (0: never, like rping); ends a -P server without an error")
+	fs.StringVar(&a.write, "w", "", "write goroce's packets, the connection manager's included, to `FILE`, pcapng, as tcpdump -w does (goroce dump -explain tells the CM's story)")
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprintln(w, "usage:")
@@ -128,7 +131,22 @@ func rpingMain(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	dev, err := goroce.Open(goroce.Config{Addr: local, Port: goroce.DefaultPort})
+	cfg := goroce.Config{Addr: local, Port: goroce.DefaultPort}
+	if a.write != "" {
+		cw, err := capture.Create(a.write, nil)
+		if err != nil {
+			return fmt.Errorf("-w: %w", err)
+		}
+		cfg.Tracer = cw.Tracer(nil)
+		defer func() { // after the device has closed: every packet is in
+			if err := cw.Close(); err != nil {
+				fmt.Fprintf(stderr, "goroce rping: -w %s: %v\n", a.write, err)
+				return
+			}
+			fmt.Fprintf(stderr, "wrote %d packets to %s\n", cw.Packets(), a.write)
+		}()
+	}
+	dev, err := goroce.Open(cfg)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -63,8 +64,9 @@ func TestRpingCommand(t *testing.T) {
 		}
 	}
 	var cout, cerr bytes.Buffer
-	if err := rpingMain([]string{"-c", "-v", "-V", "-a", "127.0.75.2", "-I", "127.0.75.1", "-p", "7200", "-C", "3", "-S", "100", "-timeout", "20s"},
-		&cout, &cerr); err != nil {
+	capFile := filepath.Join(t.TempDir(), "rping.pcapng")
+	if err := rpingMain([]string{"-c", "-v", "-V", "-a", "127.0.75.2", "-I", "127.0.75.1", "-p", "7200", "-C", "3", "-S", "100", "-timeout", "20s",
+		"-w", capFile}, &cout, &cerr); err != nil {
 		t.Fatalf("client: %v\n%s", err, cerr.String())
 	}
 	if err := <-done; err != nil {
@@ -75,6 +77,22 @@ func TestRpingCommand(t *testing.T) {
 	}
 	if n := strings.Count(sout.String(), "server ping data: rdma-ping-"); n != 3 || serr.String() != "server DISCONNECT EVENT...\n" {
 		t.Errorf("server output:\n%s\nstderr:\n%s", sout.String(), serr.String())
+	}
+
+	// -w: the client's capture holds the CM's exchange and the pings, every ICRC verified, and dump
+	// -explain tells the connection's story.
+	if !strings.Contains(cerr.String(), "wrote ") {
+		t.Errorf("the client does not say it wrote its capture:\n%s", cerr.String())
+	}
+	var dumped bytes.Buffer
+	total, ok := dump(&dumped, dumpOptions{explain: true}, capFile)
+	if !ok || total.roce == 0 || total.icrcOK != total.roce {
+		t.Fatalf("dump: %s\n%s", total.line(), lastLines(dumped.String(), 5))
+	}
+	for _, want := range []string{"REQ", "REP", "RTU", "DREQ", "DREP", "RDMA Read Request"} {
+		if !strings.Contains(dumped.String(), want) {
+			t.Errorf("goroce dump -explain of the capture says nothing of %s:\n%s", want, lastLines(dumped.String(), 40))
+		}
 	}
 }
 
