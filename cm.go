@@ -173,9 +173,14 @@ type cmDevice struct {
 	conns     map[cm.ConnID]*Conn
 	reqs      map[cm.ConnID]*ConnRequest // requests handed to a listener and not answered
 	listeners map[uint64]*Listener
-	armed     time.Time
-	rng       *rand.Rand
-	buf       [mad.Len]byte
+	// UD services (sidr.go): listeners by service ID, SIDR requests handed to a ManualAccept
+	// listener and not answered, and ResolveUD's waiting for their answer.
+	udListeners map[uint64]*UDListener
+	udReqs      map[cm.ConnID]*UDRequest
+	resolves    map[cm.ConnID]chan cm.Event
+	armed       time.Time
+	rng         *rand.Rand
+	buf         [mad.Len]byte
 }
 
 // deriveGUID returns the CA GUID of a device at a: EUI-64 shaped, unicast and locally administered
@@ -206,6 +211,10 @@ func newCMDevice(d *Device) *cmDevice {
 		conns:     map[cm.ConnID]*Conn{},
 		reqs:      map[cm.ConnID]*ConnRequest{},
 		listeners: map[uint64]*Listener{},
+
+		udListeners: map[uint64]*UDListener{},
+		udReqs:      map[cm.ConnID]*UDRequest{},
+		resolves:    map[cm.ConnID]chan cm.Event{},
 	}
 }
 
@@ -306,13 +315,11 @@ func (m *cmDevice) flush(now time.Time) {
 // dispatch hands an engine event to the listener, request or connection it concerns. The caller
 // holds mu; nothing here blocks.
 func (m *cmDevice) dispatch(now time.Time, ev cm.Event) {
-	switch ev.Kind {
-	case cm.EventRequest:
+	if ev.Kind == cm.EventRequest {
 		m.request(now, ev)
 		return
-	case cm.EventSIDRRequest:
-		// UD services are not offered: say so, as rdma_cm does for a port nobody listens on.
-		_ = m.eng.AnswerSIDR(now, ev.ID, &cm.SIDRAnswer{Status: mad.SIDRUnsupported})
+	}
+	if m.dispatchSIDR(now, ev) {
 		return
 	}
 	if r := m.reqs[ev.ID]; r != nil {
@@ -393,6 +400,15 @@ func (m *cmDevice) close() {
 	for _, l := range m.listeners {
 		l.closeLocked()
 	}
+	for id := range m.udReqs {
+		_ = m.eng.Abort(now, id)
+	}
+	for id := range m.resolves {
+		_ = m.eng.Abort(now, id)
+	}
+	for _, l := range m.udListeners {
+		l.closeLocked()
+	}
 	m.flush(now)
 	m.closed = true
 	m.mu.Unlock()
@@ -443,7 +459,8 @@ type CMStats struct {
 	TransitionErrors     uint64 // state changes the transition table refused: bugs, always 0
 	BuildErrors          uint64 // MADs that would not build: bugs, always 0
 
-	// BadCMAHeader counts REQs for a listener without rdma_cm's header in their private data, rejected.
+	// BadCMAHeader counts REQs and SIDR_REQs for a listener without rdma_cm's header in their private
+	// data, refused.
 	BadCMAHeader uint64
 }
 

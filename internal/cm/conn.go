@@ -84,8 +84,8 @@ type Counters struct {
 	TransitionErrors     uint64 // state changes the transition table refused: bugs, always 0
 	BuildErrors          uint64 // MADs that would not build: bugs, always 0
 
-	// BadCMAHeader counts REQs rejected for their private data (RejectBadCMAHeader): without
-	// rdma_cm's header.
+	// BadCMAHeader counts REQs and SIDR_REQs refused for their private data (RejectBadCMAHeader,
+	// RejectSIDRBadCMAHeader): without rdma_cm's header.
 	BadCMAHeader uint64
 }
 

@@ -138,6 +138,17 @@ func (e *Engine) AnswerSIDR(now time.Time, id ConnID, a *SIDRAnswer) error {
 	return nil
 }
 
+// RejectSIDRBadCMAHeader refuses SIDR request id (SIDRReject) because its private data lacks the
+// header the owner's convention requires (rdma_cm's CMA header), and counts it in
+// Counters.BadCMAHeader.
+func (e *Engine) RejectSIDRBadCMAHeader(now time.Time, id ConnID) error {
+	err := e.AnswerSIDR(now, id, &SIDRAnswer{Status: mad.SIDRReject})
+	if err == nil {
+		e.c.BadCMAHeader++
+	}
+	return err
+}
+
 func (e *Engine) answerSIDR(now time.Time, c *conn, a *SIDRAnswer) {
 	e.release(c)
 	f := &mad.SIDRRepFields{RequestID: c.remoteID, Status: a.Status, ServiceID: c.serviceID,
