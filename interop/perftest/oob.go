@@ -236,6 +236,33 @@ type Conn struct {
 	// check, if set, runs every pollInterval while a read waits for the peer, on a connection whose
 	// reads can time out; its error ends the wait.
 	check func() error
+	// cm is set for rdma_cm's exchange (-R): every Read is one message, key messages are binary
+	// (DestBinaryLen bytes), and Close writes no "done".
+	cm bool
+}
+
+// keyMsg returns d's key message for this exchange.
+func (c *Conn) keyMsg(d Dest) []byte {
+	if c.cm {
+		return d.AppendBinary(nil)
+	}
+	return d.Marshal()
+}
+
+// keyValid is the check of a key message's prefix as it arrives (none for binary ones).
+func (c *Conn) keyValid() func([]byte) bool {
+	if c.cm {
+		return nil
+	}
+	return keyPrefix
+}
+
+// parseKey reads a key message of this exchange.
+func (c *Conn) parseKey(b []byte) (Dest, error) {
+	if c.cm {
+		return ParseDestBinary(b)
+	}
+	return ParseDest(b)
 }
 
 // NewConn returns the exchange on rw, as the client (which writes first) or the server.
@@ -277,6 +304,9 @@ func (c *Conn) read(n int, step string, valid func([]byte) bool, limit time.Dura
 			first = time.Now()
 		}
 		got += k
+		if c.cm && k > 0 && got < n {
+			return nil, &MismatchError{Step: step, Reason: fmt.Sprintf("the peer sent a message of %d bytes (%s) where this step takes %d", got, describe(buf[:got]), n)}
+		}
 		if valid != nil && !valid(buf[:got]) {
 			return nil, refused()
 		}
@@ -457,11 +487,11 @@ func (c *Conn) Hello(pageSize int, mtu goroce.MTU) (Hello, error) {
 func (c *Conn) Handshake(mine Dest) (Dest, error) { return c.handshake(mine, "exchanging keys") }
 
 func (c *Conn) handshake(mine Dest, step string) (Dest, error) {
-	b, err := c.xchg(mine.Marshal(), step, keyPrefix, 0)
+	b, err := c.xchg(c.keyMsg(mine), step, c.keyValid(), 0)
 	if err != nil {
 		return Dest{}, err
 	}
-	d, err := ParseDest(b)
+	d, err := c.parseKey(b)
 	if err != nil {
 		return Dest{}, &MismatchError{Step: step, Reason: fmt.Sprintf("the peer's message is no key message: %v", err)}
 	}
@@ -523,6 +553,11 @@ func (c *Conn) ExchangeReports(mine BWReport, remoteVersion string) (BWReport, e
 // Close is ctx_close_connection without its handshake: it writes "done" and closes the connection
 // if it is an io.Closer; perftest never reads the peer's.
 func (c *Conn) Close() error {
+	if c.cm {
+		// rdma_cm's ctx_close_connection ends with its barrier; the run disconnects the exchange's
+		// connection after the test QPs', as perftest leaves it to its exit.
+		return nil
+	}
 	_, err := c.rw.Write([]byte(doneMsg))
 	if cl, ok := c.rw.(io.Closer); ok {
 		cl.Close()

@@ -34,6 +34,8 @@ type peer struct {
 	routs []int
 	// qpIndex maps a QPN to its QP's index, for receive completions.
 	qpIndex map[goroce.QPN]int
+	// cmConns are the QPs' rdma_cm connections (-R), in QP order; the CM connected them.
+	cmConns []*goroce.Conn
 }
 
 // access returns the rights perftest grants the peer for a verb, on the region and on the QPs
@@ -52,17 +54,20 @@ func access(v Verb) (region, qp goroce.Access) {
 	return goroce.LocalWrite, goroce.RemoteWrite
 }
 
-// newPeer opens the device on addr and creates the run's objects; pageSize is the cycle buffer the
-// sides settled on in Hello.
-func newPeer(addr netip.Addr, sh shape, o Options, client bool, pageSize int) (*peer, error) {
+// newPeer opens the device on addr (or takes dev, rdma_cm's, if not nil) and creates the run's
+// objects; pageSize is the cycle buffer the sides settled on in Hello.
+func newPeer(dev *goroce.Device, addr netip.Addr, sh shape, o Options, client bool, pageSize int) (*peer, error) {
 	p := &peer{o: o, sh: sh, client: client, qpIndex: make(map[goroce.QPN]int)}
 	for _, s := range o.Sizes() {
 		p.slot = max(p.slot, s)
 	}
 	p.slot = max(p.slot, pageSize)
 	var err error
-	if p.dev, err = goroce.Open(goroce.Config{Addr: addr, Port: goroce.DefaultPort, Network: o.Network}); err != nil {
-		return nil, err
+	p.dev = dev
+	if p.dev == nil {
+		if p.dev, err = goroce.Open(goroce.Config{Addr: addr, Port: goroce.DefaultPort, Network: o.Network}); err != nil {
+			return nil, err
+		}
 	}
 	fail := func(err error) (*peer, error) {
 		p.dev.Close()
@@ -151,6 +156,9 @@ func (p *peer) vaddr(i int) uint64 {
 // connect moves every QP to RTS towards the peer's key messages.
 func (p *peer) connect(rem []Dest, mtu goroce.MTU, tcpPeer netip.Addr) error {
 	p.rem = rem
+	if p.cmConns != nil {
+		return nil // rdma_cm connected them
+	}
 	_, qpAccess := access(p.sh.verb)
 	for i, q := range p.qps {
 		peer := rem[i].Endpoint()

@@ -271,6 +271,10 @@ type Options struct {
 	// Addr is the local IP address of the goroce device (goroce's -addr). The zero Addr takes the local
 	// address of the TCP connection.
 	Addr netip.Addr
+	// RDMACM connects the QPs with rdma_cm and runs the exchange over an rdma_cm connection of its own
+	// on the same port (-R, as perftest's -R implies -z): Listen and Connect then take the rdma_cm
+	// port, not a TCP one. The peer must run -R too.
+	RDMACM bool
 	// Network is where the device's packets travel (goroce.Config.Network): the host's UDP sockets
 	// when nil, or a *goroce.MemNetwork for a test whose two sides both run goroce.
 	Network goroce.Network
@@ -437,6 +441,9 @@ var ErrBelowLimit = errors.New("result is below the limit")
 type Server struct {
 	ln net.Listener
 	o  Options
+	// dev and cmLn are an rdma_cm server's (Options.RDMACM) instead of ln.
+	dev  *goroce.Device
+	cmLn *goroce.Listener
 }
 
 // Listen checks o and listens on the TCP address (":18515" as perftest, or "127.0.0.1:0" for an
@@ -444,6 +451,17 @@ type Server struct {
 func Listen(ctx context.Context, address string, o Options) (*Server, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
+	}
+	if o.RDMACM {
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return nil, fmt.Errorf("%w: rdma_cm listens on an IP address and port: %v", ErrBadOptions, err)
+		}
+		dev, l, err := listenCM(ap, o)
+		if err != nil {
+			return nil, err
+		}
+		return &Server{o: o, dev: dev, cmLn: l}, nil
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp4", address)
@@ -453,11 +471,20 @@ func Listen(ctx context.Context, address string, o Options) (*Server, error) {
 	return &Server{ln: ln, o: o}, nil
 }
 
-// Addr returns the address the server listens on.
-func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+// Addr returns the address the server listens on (an rdma_cm port as a *net.TCPAddr).
+func (s *Server) Addr() net.Addr {
+	if s.cmLn != nil {
+		return tcpAddr(s.cmLn.Addr())
+	}
+	return s.ln.Addr()
+}
 
 // Close stops listening; Serve, if it waits for a client, fails.
 func (s *Server) Close() error {
+	if s.cmLn != nil {
+		s.cmLn.Close()
+		return nil
+	}
 	if err := s.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 		return err
 	}
@@ -476,6 +503,14 @@ func (s *Server) Serve(ctx context.Context, w io.Writer) (Result, error) {
 	fmt.Fprintln(w, "\n************************************")
 	fmt.Fprintln(w, "* Waiting for client to connect... *")
 	fmt.Fprintln(w, "************************************")
+	if s.cmLn != nil {
+		ch, err := acceptChannel(ctx, s.dev, s.cmLn)
+		if err != nil {
+			s.dev.Close()
+			return Result{}, fmt.Errorf("unable to perform rdma_server function: %w", err)
+		}
+		return run(ctx, ch, s.o, false, w)
+	}
 	stop := context.AfterFunc(ctx, func() { s.ln.Close() })
 	conn, err := s.ln.Accept()
 	stop()
@@ -498,6 +533,13 @@ func Connect(ctx context.Context, address string, o Options, w io.Writer) (Resul
 	}
 	if w == nil {
 		w = io.Discard
+	}
+	if o.RDMACM {
+		ch, err := dialChannel(ctx, address, o)
+		if err != nil {
+			return Result{}, err
+		}
+		return run(ctx, ch, o, true, w)
 	}
 	var d net.Dialer
 	if o.SourceIP.IsValid() {

@@ -119,8 +119,13 @@ func (p *peer) printInfo(w io.Writer, h Hello) {
 	} else {
 		fmt.Fprintf(w, " Max inline data : %d[B]\n", o.InlineSize)
 	}
-	fmt.Fprintf(w, " rdma_cm QPs\t : OFF\n")
-	fmt.Fprintf(w, " Data ex. method : Ethernet\n")
+	if o.RDMACM {
+		fmt.Fprintf(w, " rdma_cm QPs\t : ON\n")
+		fmt.Fprintf(w, " Data ex. method : rdma_cm\n")
+	} else {
+		fmt.Fprintf(w, " rdma_cm QPs\t : OFF\n")
+		fmt.Fprintf(w, " Data ex. method : Ethernet\n")
+	}
 	fmt.Fprintln(w, resultLine)
 	if o.PostList > 1 {
 		fmt.Fprintln(w, "Post List requested - CQ moderation will be the size of the post list")

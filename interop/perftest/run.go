@@ -38,6 +38,12 @@ func run(ctx context.Context, conn net.Conn, o Options, client bool, w io.Writer
 		}
 	}
 	pc := NewConn(conn, client)
+	ch, _ := conn.(*cmChannel)
+	var dev *goroce.Device
+	if ch != nil {
+		pc.cm, dev = true, ch.dev
+		o.RDMACM = true
+	}
 	mtu := goroce.MTU4096
 	if o.MTU != 0 {
 		mtu = o.MTU
@@ -49,11 +55,12 @@ func run(ctx context.Context, conn net.Conn, o Options, client bool, w io.Writer
 		}
 	}
 	res.Hello = h
-	p, err := newPeer(local, sh, o, client, h.PageSize)
+	p, err := newPeer(dev, local, sh, o, client, h.PageSize)
 	if err != nil {
 		return res, err
 	}
 	defer p.close()
+	defer p.cmDisconnect()
 	defer func() {
 		st := p.dev.Stats()
 		res.Stats = &st
@@ -61,6 +68,11 @@ func run(ctx context.Context, conn net.Conn, o Options, client bool, w io.Writer
 	res.Locals, res.Local = p.local, p.local[0]
 	e := &exchange{ctx: ctx, pc: pc, p: p, o: &p.o, client: client, w: w, res: &res, hello: h, tcpPeer: tcpPeer}
 	p.printInfo(w, h)
+	if ch != nil {
+		if err := e.cmConnect(ch); err != nil {
+			return res, err
+		}
+	}
 	switch {
 	case sh.lat:
 		return res, e.latency()
@@ -101,11 +113,11 @@ func (e *exchange) handshakeThen(d Dest, step string, prompt bool, read func() e
 	if prompt {
 		limit = promptLimit
 	}
-	b, err := e.pc.xchgThen(d.Marshal(), step, keyPrefix, limit, read)
+	b, err := e.pc.xchgThen(e.pc.keyMsg(d), step, e.pc.keyValid(), limit, read)
 	if err != nil {
 		return Dest{}, err
 	}
-	r, err := ParseDest(b)
+	r, err := e.pc.parseKey(b)
 	if err != nil {
 		return Dest{}, mismatch(step, "the peer's message is no key message: %v", err)
 	}
