@@ -349,3 +349,53 @@ func perftestGoroceServer(g *lab.Guest, c perftestCase, port int) perftestRun {
 	serr := <-waited
 	return perftestRun{goroceOut: sout.String(), goroceErr: serr, toolOut: out, toolErr: cerr}
 }
+
+// perftestRDMACMCases run perftest's rdma_cm mode (-R): the exchange over an rdma_cm connection, the
+// QPs connected by the CM (issue 12).
+var perftestRDMACMCases = []perftestCase{
+	{test: "write_bw", flags: "-R -m 1024", size: 65536, iters: 30},
+	{test: "read_bw", flags: "-R -m 1024", size: 65536, iters: 20},
+	{test: "send_lat", flags: "-R -m 1024", size: 64, iters: 50},
+}
+
+// TestPerftestRDMACM: goroce perf -R in both roles against ib_<test> -R.
+func TestPerftestRDMACM(t *testing.T) {
+	_, gs := lab.Start(t, 1)
+	g := gs[0]
+	for i, c := range perftestRDMACMCases {
+		t.Run("client/"+c.name(), onGuest(g, nil, func(t testing.TB) {
+			r := runPerftest(t, func(attempt int) perftestRun { return perftestRDMACMClient(g, c, 19115+i+200*attempt) })
+			t.Logf("goroce perf %s (client):\n%s", c.test, r.goroceOut)
+			t.Logf("ib_%s (server, vm%d):\n%s", c.test, g.N, r.toolOut)
+			r.check(t, c)
+			checkPerftest(t, c, "goroce perf", r.goroceOut, "ib_"+c.test, r.toolOut)
+		}))
+		t.Run("server/"+c.name(), onGuest(g, nil, func(t testing.TB) {
+			c := c
+			c.goroceFlags = "-addr " + lab.HostIP
+			r := runPerftest(t, func(attempt int) perftestRun { return perftestGoroceServer(g, c, 19215+i+200*attempt) })
+			t.Logf("goroce perf %s (server):\n%s", c.test, r.goroceOut)
+			t.Logf("ib_%s (client, vm%d):\n%s", c.test, g.N, r.toolOut)
+			r.check(t, c)
+			checkPerftest(t, c, "ib_"+c.test, r.toolOut, "goroce perf", r.goroceOut)
+		}))
+	}
+}
+
+// perftestRDMACMClient is perftestGoroceClient for -R: the server listens on an rdma_cm port, not a
+// TCP one, so the client starts once the server has had time to (under TCG, seconds); goroce perf
+// then retries a refused connection as perftest does.
+func perftestRDMACMClient(g *lab.Guest, c perftestCase, port int) perftestRun {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv := execBackground(ctx, g, fmt.Sprintf("timeout 90 ib_%s -d rxe0 -x 1 -p %d %s %s", c.test, port, c.args(), c.toolFlags))
+	select {
+	case s := <-srv:
+		return perftestRun{goroceErr: fmt.Errorf("ib_%s ended before the client started", c.test), toolOut: s.out, toolErr: s.err}
+	case <-time.After(5 * time.Second):
+	}
+	args := append([]string{"perf", c.test, "-x", "1", "-p", strconv.Itoa(port), "-timeout", "90s"}, strings.Fields(c.args()+" "+c.goroceFlags)...)
+	cout, cerr := lab.NSCommand(ctx, goroceBin, append(args, g.IP.String())...).CombinedOutput()
+	s := <-srv
+	return perftestRun{goroceOut: string(cout), goroceErr: cerr, toolOut: s.out, toolErr: s.err}
+}

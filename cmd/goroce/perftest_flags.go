@@ -109,7 +109,7 @@ func floatFlag(field func(a *perftestArgs) *float64) func(*perftestArgs, string)
 
 // refused texts shared by several options.
 const (
-	noRDMACM   = "goroce exchanges over TCP (perftest's Ethernet exchange), not rdma_cm"
+	noRDMACM   = "goroce exchanges over TCP, or over rdma_cm with the QPs connected by it (-R)"
 	noDC       = "DC and AES-XTS are mlx5 features"
 	noRate     = "goroce perf has no rate limiter"
 	heapBuffer = "goroce allocates its buffers from the Go heap"
@@ -192,7 +192,8 @@ var perftestFlags = []*perftestFlag{
 		only: bwTests, onlyWhat: "bandwidth tests", set: intFlag(func(a *perftestArgs) *int { return &a.opts.CQMod }, 1, 1024)},
 	{short: 'r', long: []string{"rx-depth"}, value: "dep", help: "rx queue size (default 512)",
 		only: sendTest, onlyWhat: "SEND tests", set: intFlag(func(a *perftestArgs) *int { return &a.opts.RxDepth }, 1, 16384)},
-	{short: 'R', long: []string{"rdma_cm"}, refuse: noRDMACM},
+	{short: 'R', long: []string{"rdma_cm"}, help: "connect the QPs with rdma_cm, and exchange over an rdma_cm connection on the same port (the peer runs -R)",
+		set: boolFlag(func(a *perftestArgs) *bool { return &a.opts.RDMACM })},
 	{short: 's', long: []string{"size"}, value: "size", help: "size of message to exchange (atomics: always 8)",
 		set: intFlag(func(a *perftestArgs) *int { return &a.opts.Size }, 1, perftest.MaxSize)},
 	{short: 'S', long: []string{"sl"}, value: "sl", help: "SL (accepted: with a GID perftest puts no SL in the address either, and goroce sends no VLAN priority)",

@@ -98,7 +98,6 @@ func TestPerftestFlagErrors(t *testing.T) {
 		{perftest.WriteBW, []string{"-Z"}, "unknown flag -Z"},
 		{perftest.WriteBW, []string{"--frobnicate"}, "unknown flag --frobnicate"},
 		{perftest.WriteBW, []string{"--use"}, "ambiguous"},
-		{perftest.WriteBW, []string{"-R"}, "-R (--rdma_cm) is not supported"},
 		{perftest.WriteBW, []string{"-z"}, "-z (--com_rdma_cm) is not supported"},
 		{perftest.WriteBW, []string{"-O"}, "-O (--dualport) is not supported"},
 		{perftest.WriteBW, []string{"-T", "3"}, "-T (--tos) is not supported: TOS only valid for rdma_cm"},

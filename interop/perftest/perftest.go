@@ -31,6 +31,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -453,11 +454,16 @@ func Listen(ctx context.Context, address string, o Options) (*Server, error) {
 		return nil, err
 	}
 	if o.RDMACM {
-		ap, err := netip.ParseAddrPort(address)
+		host, port, err := net.SplitHostPort(address)
 		if err != nil {
-			return nil, fmt.Errorf("%w: rdma_cm listens on an IP address and port: %v", ErrBadOptions, err)
+			return nil, fmt.Errorf("%w: %v", ErrBadOptions, err)
 		}
-		dev, l, err := listenCM(ap, o)
+		pn, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("%w: port %q", ErrBadOptions, port)
+		}
+		a, _ := netip.ParseAddr(host) // no host: Options.Addr
+		dev, l, err := listenCM(netip.AddrPortFrom(a, uint16(pn)), o)
 		if err != nil {
 			return nil, err
 		}
