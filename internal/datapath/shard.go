@@ -511,11 +511,21 @@ func (r *rxState) init(c conn.Conn) {
 	r.msgs = make([]conn.Message, batch)
 	r.bufs = make([][]byte, batch)
 	for i := range r.bufs {
-		r.bufs[i] = make([]byte, size)
+		r.bufs[i] = make([]byte, rxSkew+size)[rxSkew:]
 		r.msgs[i].Buf = r.bufs[i]
 	}
 	r.v = verifier{rec: wire.IDRecovery{RequireDF: true}}
 }
+
+// rxSkew is where a receive buffer starts past an 8-byte boundary of its allocation: 4, so that the
+// payload after a 12-byte BTH (the middle packets of every message, SENDs) or a BTH and RETH (28
+// bytes: WRITE_FIRST and WRITE_ONLY) starts 8-byte aligned, in every segment of a GRO run too (full
+// segments are 16+4096 bytes apart). The copy of the payload into a region, whose addresses are
+// usually page-aligned, then runs at memmove's full speed: from a 16-byte-aligned destination with
+// 2 KiB or more, Go's memmove uses REP MOVSQ where the CPU prefers it, which copies at half the speed
+// or less when the source is not 8-byte aligned (measured: 15 against 31 GB/s for 4 KiB; the copy was
+// the largest user-space cost of a receiving process).
+const rxSkew = 4
 
 // timerEntry is a QP's deadline in the heap. Entries are not removed when a deadline changes: an entry
 // that no longer matches its QP's scheduled deadline is skipped when it comes up.
