@@ -1,0 +1,124 @@
+package datapath
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/conn"
+	"github.com/goroce/goroce/mr"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/wire"
+)
+
+// TestWaitersShareShardWithoutHandovers runs request-reply loops on several QPs of one shard, each
+// with its own CQ and goroutine, and checks that each Wait costs about one wait: a waiter that finds
+// the shard free when it leaves keeps it as a driving waiter does. Waking the background goroutine
+// there instead (7b6ae90) made the background goroutine take the shard between a waiter's completion
+// and the next Wait, and waiters went round park, wake and park again: 25 to 170 waits a round trip
+// on the in-memory network (a 4-QP stream between two processes moved a tenth of the bytes).
+func TestWaitersShareShard(t *testing.T) {
+	network := conn.NewMemNetwork()
+	addrA := netip.MustParseAddrPort("10.0.0.1:4791")
+	addrB := netip.MustParseAddrPort("10.0.0.2:4791")
+	open := func(a netip.AddrPort) *Datapath {
+		d, err := Open(Config{Network: network, Addr: a, Shards: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	da, db := open(addrA), open(addrB)
+	mem := mr.NewTable()
+	pd := mem.AllocPD()
+	newQP := func(d *Datapath) (*QP, *CQ) {
+		cq := d.NewCQ(64)
+		q, err := d.NewQP(QPConfig{Engine: qp.Config{Type: qp.RC, PD: pd, Memory: mem, MaxSendWR: 16, MaxRecvWR: 16,
+			MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}, SendCQ: cq, RecvCQ: cq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q, cq
+	}
+	connect := func(q *QP, peer *QP, at netip.AddrPort) {
+		err := q.Connect(&qp.ConnectParams{PathMTU: wire.MTU1024, DestQPN: peer.QPN(), Timeout: 14, RetryCnt: 7,
+			RNRRetry: 7, MinRNRTimer: 12, RdAtomic: 1, AV: qp.AddressHandle{DGID: netip.AddrFrom4(at.Addr().As4()).As16()}}, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const pairs, rounds = 4, 300
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*pairs)
+	loop := func(q *QP, cq *CQ, first bool) {
+		defer wg.Done()
+		wcs := make([]qp.Completion, 8)
+		send := qp.SendWR{Opcode: qp.WRSend} // empty: the receives have no buffer
+		for range 4 {
+			if err := q.PostRecv(&qp.RecvWR{}); err != nil {
+				errs <- err
+				return
+			}
+		}
+		if first {
+			if err := q.PostSend(&send); err != nil {
+				errs <- err
+				return
+			}
+		}
+		for got := 0; got < rounds; {
+			if err := cq.Wait(ctx, false); err != nil {
+				errs <- fmt.Errorf("QP %v after %d rounds: %w", q.QPN(), got, err)
+				return
+			}
+			for _, wc := range wcs[:cq.Engine().Poll(wcs)] {
+				if wc.Status != qp.StatusSuccess {
+					errs <- fmt.Errorf("QP %v: %v", q.QPN(), wc.Status)
+					return
+				}
+				if wc.Opcode != qp.CompRecv {
+					continue
+				}
+				got++
+				if err := q.PostRecv(&qp.RecvWR{}); err != nil {
+					errs <- err
+					return
+				}
+				if got < rounds || !first {
+					if err := q.PostSend(&send); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}
+	}
+	for range pairs {
+		qa, cqa := newQP(da)
+		qb, cqb := newQP(db)
+		connect(qa, qb, addrB)
+		connect(qb, qa, addrA)
+		wg.Add(2)
+		go loop(qa, cqa, true)
+		go loop(qb, cqb, false)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, d := range []*Datapath{da, db} {
+		s := d.Stats()
+		waits := s.DrivenWaits + s.ParkedWaits
+		t.Logf("%v: %d driven waits, %d parked, %d hand-overs", d.LocalAddr(), s.DrivenWaits, s.ParkedWaits, s.Handovers)
+		if s.DrivenWaits == 0 || waits > 4*pairs*rounds {
+			t.Errorf("%v: %d waits (%d driven) for %d round trips", d.LocalAddr(), waits, s.DrivenWaits, pairs*rounds)
+		}
+	}
+}
