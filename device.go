@@ -253,7 +253,7 @@ type tracerAdapter struct{ t Tracer }
 
 func (a tracerAdapter) TracePacket(r *datapath.TraceRecord) {
 	e := TraceEvent{Dir: Received, At: r.At, From: r.From, To: r.To, TOS: r.TOS, IPID: r.IPID, Bytes: r.Bytes, Packet: r.Packet,
-		Reason: string(r.Drop)}
+		Reason: string(r.Drop), Resent: r.Resend.String()}
 	switch {
 	case r.Sent:
 		e.Dir = Sent

@@ -45,6 +45,13 @@ type TraceEvent struct {
 	// Reason says why a Dropped packet was dropped: "malformed", "bad ICRC", "unknown QPN", "wrong
 	// peer", "not ready" or "truncated".
 	Reason string
+	// Resent, for a Sent RC request packet that goes again, says what set the resend off: "NAK" (go-back-N
+	// from the PSN a sequence NAK names), "NAK to a tail-loss probe", "timeout" (the local ACK timer),
+	// "RNR NAK" (the wait it asked for is over), "implied NAK" (a response past a READ or atomic whose
+	// response is missing) or "tail-loss probe" (the probe itself); "" for a first transmission. It is
+	// what the wire cannot show: a capture (interop/capture) keeps it as a packet comment, and goroce
+	// dump -explain reads it there instead of inferring the cause.
+	Resent string
 }
 
 // Tracer sees a device's packets and completions (Config.Tracer). Its methods run on the device's

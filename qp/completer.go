@@ -34,6 +34,8 @@ type completer struct {
 	probeOut  bool
 	probes    uint8 // sent in this episode
 	probeHigh wire.PSN
+	// why is what started the resend under way: what the packets it sends again give as Tx.Resend.
+	why Resend
 	// The round-trip estimate the probe waits for: srtt is smoothed over samples, one at a time, each
 	// the wait for the ACK of a packet with AckReq (rttPSN, sent at rttSent). A retry voids the sample
 	// in flight (Karn's rule).
@@ -218,7 +220,7 @@ func (c *completer) onAcknowledge(q *QP, now time.Time, psn wire.PSN, s wire.Syn
 			return
 		}
 		if !c.ackThrough(q, psn) {
-			c.retry(q, now) // implied NAK for a READ or atomic
+			c.retry(q, now, ResendImpliedNAK) // implied NAK for a READ or atomic
 			return
 		}
 		c.progress(q, now)
@@ -229,7 +231,7 @@ func (c *completer) onAcknowledge(q *QP, now time.Time, psn wire.PSN, s wire.Syn
 			return
 		}
 		if !c.ackThrough(q, psn.Sub(1)) || c.psn != psn {
-			c.retry(q, now)
+			c.retry(q, now, ResendImpliedNAK)
 			return
 		}
 		if q.attr.RNRRetry != MaxRNRRetry { // 7 retries forever. IBTA Vol 1 9.7.5.2.8
@@ -247,6 +249,7 @@ func (c *completer) onAcknowledge(q *QP, now time.Time, psn wire.PSN, s wire.Syn
 		// CONFORMANCE N6.
 		c.retrying = true
 		q.rewind()
+		c.why = ResendRNR
 	case wire.KindNAK:
 		if s.NAKCode() == wire.NAKPSNSequenceError {
 			q.counters.RcvdSeqErr++
@@ -258,7 +261,7 @@ func (c *completer) onAcknowledge(q *QP, now time.Time, psn wire.PSN, s wire.Syn
 			// progress, and the retry it asks for is a new one even if an earlier retry is under way.
 			advanced := psn.After(c.psn)
 			if !c.ackThrough(q, psn.Sub(1)) {
-				c.retry(q, now) // a READ or atomic before the gap lost its responses
+				c.retry(q, now, ResendImpliedNAK) // a READ or atomic before the gap lost its responses
 				return
 			}
 			if q.state == StateErr {
@@ -267,10 +270,12 @@ func (c *completer) onAcknowledge(q *QP, now time.Time, psn wire.PSN, s wire.Syn
 			if advanced {
 				c.progress(q, now)
 			}
+			why := ResendNAK
 			if c.probeOut {
 				q.counters.ProbeRetries++ // most likely the probe's answer: it found a gap
+				why = ResendProbeNAK
 			}
-			c.retry(q, now)
+			c.retry(q, now, why)
 			return
 		}
 		c.ackThrough(q, psn.Sub(1))
@@ -304,7 +309,7 @@ func (c *completer) headReadAtomic(q *QP, now time.Time, psn wire.PSN, want WROp
 		return nil
 	}
 	if psn.After(c.psn) && !c.ackThrough(q, psn.Sub(1)) {
-		c.retry(q, now) // responses were lost: an implied NAK
+		c.retry(q, now, ResendImpliedNAK) // responses were lost: an implied NAK
 		return nil
 	}
 	if q.state == StateErr {
@@ -312,7 +317,7 @@ func (c *completer) headReadAtomic(q *QP, now time.Time, psn wire.PSN, want WROp
 	}
 	w := q.sq.front()
 	if psn != c.psn || w == nil || !w.assigned {
-		c.retry(q, now)
+		c.retry(q, now, ResendImpliedNAK)
 		return nil
 	}
 	if w.wr.Opcode != want && !(want == WRCompareSwap && w.wr.Opcode.isAtomic()) {
@@ -387,18 +392,18 @@ func (c *completer) onAtomicAck(q *QP, now time.Time, p wire.Packet, psn wire.PS
 // retry starts a go-back-N retransmission from the oldest unacknowledged PSN, or fails the oldest
 // request when the retry counter has run out. Unlike rxe, which never exhausts a retry count of 7,
 // goroce follows IBTA Vol 1 9.7.6.1.3: retry_cnt 7 allows seven retries. Only rnr_retry 7 is infinite.
-func (c *completer) retry(q *QP, now time.Time) {
+func (c *completer) retry(q *QP, now time.Time, why Resend) {
 	if c.retrying {
 		q.counters.RetryIgnored++
 		return
 	}
 	c.timedOut = false
-	c.startRetry(q, now)
+	c.startRetry(q, now, why)
 	c.retrying = true
 }
 
-// startRetry counts a retry and rewinds the requester.
-func (c *completer) startRetry(q *QP, now time.Time) {
+// startRetry counts a retry and rewinds the requester; the packets it sends again say why (Tx.Resend).
+func (c *completer) startRetry(q *QP, now time.Time, why Resend) {
 	q.counters.CompleterRetryErr++
 	if c.retryLeft == 0 {
 		q.counters.RetryExceededErr++
@@ -407,6 +412,7 @@ func (c *completer) startRetry(q *QP, now time.Time) {
 	}
 	c.retryLeft--
 	q.rewind()
+	c.why = why
 	c.armTimer(q, now)
 }
 
@@ -428,7 +434,7 @@ func (c *completer) advance(q *QP, now time.Time) {
 		if c.psn != q.req.psn && (q.state == StateRTS || q.state == StateSQD) {
 			q.counters.Timeouts++
 			c.timedOut = true
-			c.startRetry(q, now)
+			c.startRetry(q, now, ResendTimeout)
 		}
 	}
 }

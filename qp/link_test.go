@@ -89,6 +89,7 @@ type link struct {
 	service time.Duration
 	bFree   time.Time
 	sent    int
+	resends []Resend // Tx.Resend of each ladder line
 }
 
 type pairOpts struct {
@@ -171,7 +172,7 @@ func (l *link) pump() bool {
 	any := false
 	for _, h := range []*host{l.a, l.b} {
 		for {
-			out, _, ok := h.qp.AppendPacket(l.now, make([]byte, 0, 4200))
+			out, tx, ok := h.qp.AppendPacket(l.now, make([]byte, 0, 4200))
 			if !ok {
 				break
 			}
@@ -194,6 +195,7 @@ func (l *link) pump() bool {
 			} else {
 				l.ladder = append(l.ladder, fmt.Sprintf("%s %s", arrow, describe(p)))
 			}
+			l.resends = append(l.resends, tx.Resend)
 			for _, b := range sends {
 				at := l.now.Add(l.delay)
 				if l.jitter != nil {

@@ -2,6 +2,7 @@ package qp
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func warmUp(t *testing.T, l *link) {
 	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 100, Opcode: WRSend, SGL: sge(src, 0, 8)}))
 	l.run(time.Second)
 	poll(l.b.rcq)
-	l.ladder = nil
+	l.ladder, l.resends = nil, nil
 	if l.a.qp.cmp.srtt == 0 {
 		t.Fatal("no round-trip sample")
 	}
@@ -64,6 +65,15 @@ func TestTailProbeLastPacketLost(t *testing.T) {
 	}
 	if c := l.a.qp.Counters(); c.TailProbes != 1 || c.ProbeRetries != 0 || c.Timeouts != 0 {
 		t.Fatalf("counters %+v", c)
+	}
+	expectResends(t, l, ResendNone, ResendNone, ResendNone, ResendProbe, ResendNone)
+}
+
+// expectResends compares the Tx.Resend of each packet on the ladder with want.
+func expectResends(t *testing.T, l *link, want ...Resend) {
+	t.Helper()
+	if !slices.Equal(l.resends, want) {
+		t.Fatalf("resend causes %v, want %v", l.resends, want)
 	}
 }
 
@@ -161,6 +171,7 @@ func TestTailProbeTwoLost(t *testing.T) {
 	if c := l.a.qp.Counters(); c.Timeouts != 0 || c.TailProbes != 1 || c.ProbeRetries != 1 {
 		t.Fatalf("counters %+v", c)
 	}
+	expectResends(t, l, ResendNone, ResendNone, ResendNone, ResendNone, ResendProbe, ResendNone, ResendProbeNAK, ResendProbeNAK, ResendNone)
 }
 
 // B NAKs a gap, and the resent packet for it is lost too: B NAKs a gap only once (IBTA Vol 1
@@ -292,4 +303,5 @@ func TestTailProbeOff(t *testing.T) {
 	if c := l.a.qp.Counters(); c.TailProbes != 0 || c.Timeouts != 1 {
 		t.Fatalf("counters %+v", c)
 	}
+	expectResends(t, l, ResendNone, ResendTimeout, ResendNone)
 }

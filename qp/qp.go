@@ -462,6 +462,33 @@ type Tx struct {
 	DestQPN   wire.QPN
 	SrcQPN    wire.QPN
 	PacketLen int // bytes appended
+	// Resend, for an RC request packet sent again, says what set the resend off; ResendNone for a
+	// packet sent for the first time and for every response.
+	Resend Resend
+}
+
+// Resend is why an RC requester sends a packet again (Tx.Resend), for traces and captures.
+type Resend uint8
+
+// Causes of a resend.
+const (
+	ResendNone       Resend = iota
+	ResendNAK               // go-back-N from the PSN a PSN sequence NAK names (IBTA Vol 1 9.7.5.2.5)
+	ResendProbeNAK          // the same, the NAK drawn by a tail-loss probe (Config.TailProbe)
+	ResendTimeout           // the local ACK timer expired (9.7.6.1.3)
+	ResendRNR               // the wait an RNR NAK asked for is over (9.7.5.2.8)
+	ResendImpliedNAK        // a response past a READ or atomic whose response is missing (9.7.5.1.3)
+	ResendProbe             // the tail-loss probe itself: the last packet again, with AckReq
+)
+
+var resendNames = [...]string{"", "NAK", "NAK to a tail-loss probe", "timeout", "RNR NAK", "implied NAK", "tail-loss probe"}
+
+// String names the cause as a capture's comment does ("resent: timeout"); "" for ResendNone.
+func (r Resend) String() string {
+	if int(r) < len(resendNames) {
+		return resendNames[r]
+	}
+	return "unknown"
 }
 
 // RxInfo is what the datapath knows about a received packet beyond its transport headers.

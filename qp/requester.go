@@ -76,6 +76,9 @@ func (r *requester) appendPacket(q *QP, now time.Time, dst []byte) ([]byte, Tx, 
 		p.OnSent(now, len(out)-len(dst))
 	}
 	tx := Tx{AH: q.attr.AV, DestQPN: q.attr.DestQPN, SrcQPN: q.qpn, PacketLen: len(out) - len(dst)}
+	if !fresh && q.typ == RC {
+		tx.Resend = q.cmp.why
+	}
 	if q.typ == UD {
 		tx.AH, tx.DestQPN = w.ah, w.wr.RemoteQPN
 	}
@@ -146,7 +149,7 @@ func (r *requester) appendProbe(q *QP, now time.Time, dst []byte) ([]byte, Tx, b
 		q.cmp.probeOut, q.cmp.probeHigh = true, psn
 		q.cmp.probes++
 		q.cmp.armProbe(q, now) // the next, if the episode allows one
-		return out, Tx{AH: q.attr.AV, DestQPN: q.attr.DestQPN, SrcQPN: q.qpn, PacketLen: len(out) - len(dst)}, true
+		return out, Tx{AH: q.attr.AV, DestQPN: q.attr.DestQPN, SrcQPN: q.qpn, PacketLen: len(out) - len(dst), Resend: ResendProbe}, true
 	}
 	return dst, Tx{}, false
 }

@@ -34,10 +34,14 @@ func TestDemoCapture(t *testing.T) {
 	if !ok || total.roce == 0 || total.icrcOK != total.roce || total.packets != total.roce {
 		t.Fatalf("dump: %s\n%s", total.line(), lastLines(dumped.String(), 5))
 	}
-	if n := strings.Count(dumped.String(), " icrc ok [lost: injected loss]\n"); n != lost {
+	if n := strings.Count(dumped.String(), "lost: injected loss]\n"); n != lost {
 		t.Errorf("dump marks %d packets lost, the demo lost %d", n, lost)
 	}
 	t.Logf("demo -loss 20: %s; %d lost", total.line(), lost)
+	// Every retransmission says what set it off, from the sending device's own trace.
+	if r, c := strings.Count(dumped.String(), " retransmit icrc ok"), strings.Count(dumped.String(), " retransmit icrc ok [resent: "); r == 0 || r != c {
+		t.Errorf("%d retransmissions, %d with their cause", r, c)
+	}
 
 	tshark, err := exec.LookPath("tshark")
 	if err != nil {

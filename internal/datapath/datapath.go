@@ -113,6 +113,8 @@ type TraceRecord struct {
 	Packet wire.Packet
 	// Drop, for a received packet the datapath dropped, says why; "" for one it took.
 	Drop Drop
+	// Resend, for a sent RC request packet that goes again, says what set the resend off (qp.Tx).
+	Resend qp.Resend
 }
 
 // Drop is why the datapath dropped a received packet (it counts each in Stats).

@@ -97,7 +97,7 @@ func (p *port) pump(q *QP, tb *txBatch, now time.Time) (file time.Time) {
 		if t := d.cfg.Tracer; t != nil {
 			if pp, err := wire.Parse(pkt); err == nil {
 				t.TracePacket(&TraceRecord{Sent: true, At: now, From: netip.AddrPortFrom(d.local.Addr(), p.num), To: dst,
-					TOS: q.trafficClass(tx), IPID: id, Bytes: pkt, Packet: pp})
+					TOS: q.trafficClass(tx), IPID: id, Bytes: pkt, Packet: pp, Resend: tx.Resend})
 			}
 		}
 	}

@@ -7,8 +7,10 @@
 // Writer rebuilds them as they were on the wire, down to the fields the RoCEv2 ICRC covers (the IPv4
 // identification the ICRC was sealed with, DF, addresses, ports, lengths), so that every ICRC in the
 // file verifies. Packets the device dropped and packets lost on the way are in the file too, each with
-// a pcapng comment saying why ("dropped: bad ICRC", "lost: injected loss"), which Wireshark shows as
-// the packet's comment (filter pkt_comment) and `goroce dump` prints on the packet's line.
+// a pcapng comment saying why ("dropped: bad ICRC", "lost: injected loss"), and a request the device
+// sent again says what set it off ("resent: NAK", "resent: timeout", "resent: tail-loss probe"), which
+// Wireshark shows as the packet's comment (filter pkt_comment), `goroce dump` prints on the packet's
+// line and `goroce dump -explain` takes for the retransmission's cause instead of inferring it.
 //
 // To capture a device in a test:
 //

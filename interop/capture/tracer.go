@@ -16,7 +16,8 @@ import (
 // It writes one record per packet, as a capture on the wire between the devices shows it:
 //
 //   - A packet a device sends is written when it is sent, outbound, with the IPv4 identification and
-//     TOS it was sealed with.
+//     TOS it was sealed with; a request sent again carries what set the resend off, which the wire
+//     cannot show ("resent: timeout", "resent: tail-loss probe"; goroce.TraceEvent.Resent).
 //   - A packet a device receives is written, inbound, only if no device traced by the same Writer
 //     sent it: otherwise it is on file already.
 //   - What befalls a packet after it was sent joins its record as a comment: "lost: injected loss"
@@ -61,6 +62,9 @@ func (t *Tracer) packet(e *goroce.TraceEvent) {
 	case goroce.Sent:
 		r := w.newRecord(e.At, Outbound)
 		r.frame = appendFrame(r.frame, e.From, e.To, e.TOS, e.IPID, e.Bytes)
+		if e.Resent != "" {
+			r.comments = appendComments(r.comments, "resent: "+e.Resent)
+		}
 		w.track(k, r, e.TOS)
 		w.push(r)
 		return

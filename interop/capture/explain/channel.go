@@ -3,6 +3,7 @@ package explain
 import (
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/goroce/goroce/wire"
@@ -230,6 +231,30 @@ func (c *channel) request(p *pkt) {
 	}
 }
 
+// traced settles a retransmission's note against the cause its sender traced (its "resent:" comment):
+// an inference the trace confirms is no longer one; one it contradicts gives way to the trace.
+func (c *channel) traced(p *pkt) {
+	if p.resent == "" || len(p.notes) == 0 {
+		return
+	}
+	n := &p.notes[len(p.notes)-1]
+	if n.Kind != KindRetransmit {
+		return
+	}
+	agree := map[string]string{"NAK": "the NAK", "NAK to a tail-loss probe": "the NAK", "timeout": "timer expired",
+		"RNR NAK": "the RNR NAK", "implied NAK": "READ response"}[p.resent]
+	switch {
+	case agree != "" && strings.Contains(n.Text, agree):
+		n.Inferred = false
+		n.Text += " (so the sender's own trace says)"
+	case strings.Contains(n.Text, "going on with the resend"):
+		n.Inferred = false // a later packet of a resend the trace explained at its start
+	default:
+		n.Inferred = false
+		n.Text = "resends PSN " + p.bth.PSN.String() + ": the sender's own trace says a " + p.resent + " set it off, which the capture alone does not show"
+	}
+}
+
 // expectRead notes that the requester waits for READ responses from psn, unless it waits already.
 func (c *channel) expectRead(psn wire.PSN) {
 	if !c.read {
@@ -264,6 +289,25 @@ func (c *channel) retransmit(p *pkt, span uint32) {
 	if p.info.Op == wire.OpReadRequest {
 		c.read, c.readAt = true, psn
 	}
+	if p.resent != "" {
+		c.st.Traced++
+	}
+	if p.resent == "tail-loss probe" {
+		// Not go-back-N: one packet, and the resend it may lead to starts with the answer.
+		c.st.Probes++
+		ref := prev
+		if ref == nil && orig != nil {
+			ref = orig.p
+		}
+		after := ""
+		if ref != nil {
+			after = " " + fmtDur(p.in.At.Sub(ref.in.At)) + " after #" + itoa(ref.frame())
+		}
+		p.note(KindRetransmit, false, "resends %s%s as a tail-loss probe%s: nothing had come back for twice the measured round trip, so the requester sends its last packet again with AckReq; the answer, an ACK through it or a PSN sequence NAK for the first packet missing, tells what became of the tail (the sender's own trace)",
+			what, sent, after)
+		return
+	}
+	defer c.traced(p)
 
 	cs := c.cause
 	switch {

@@ -106,6 +106,8 @@ type Stats struct {
 	Lost, Dropped, Marked, Copied      int       // what the capture's comments say befell packets
 	Retransmits                        int       // request packets sent again
 	AfterTimeout, AfterNAK, AfterRNR   int       // retransmissions that began a resend, by what set them off
+	Probes                             int       // tail-loss probes: the last packet again, with AckReq (from the sender's trace)
+	Traced                             int       // retransmissions whose cause the sender's trace gave ("resent:" comments), not inferred
 	AfterReadGap                       int       // READ requests sent again after a gap in their responses
 	InBurst                            int       // retransmissions that continue a resend (go-back-N)
 	ACKs, NAKs, RNRNAKs, ErrorNAKs     int
@@ -230,6 +232,7 @@ type pkt struct {
 	role    Role
 
 	lost   string // the comment saying the receiver never got it (lost, dropped or corrupted on the way)
+	resent string // what set a resend off, from the sender's own trace (its "resent:" comment)
 	copied bool   // a copy the network made
 	ce     bool   // marked CE on the way, or captured with CE
 	notes  []Note
@@ -297,6 +300,8 @@ func decode(in *Packet, ex *Explanation) *pkt {
 		case "duplicate":
 			p.copied = true
 			p.fate(KindFate, "the network delivered it twice (%s)", rest)
+		case "resent":
+			p.resent = rest // explained with the retransmission, not as a fate
 		default:
 			p.fate(KindInfo, "capture comment: %s", c)
 		}

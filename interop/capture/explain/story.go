@@ -56,12 +56,20 @@ func story(pr *Pair) []string {
 			n    int
 			what string
 		}{{s.AfterTimeout, "began a resend after a timeout"}, {s.AfterNAK, "after a NAK"}, {s.AfterRNR, "after an RNR NAK"},
-			{s.AfterReadGap, "asked again for READ responses that went missing"}, {s.InBurst, "went on with a resend (go-back-N)"}} {
+			{s.AfterReadGap, "asked again for READ responses that went missing"}, {s.InBurst, "went on with a resend (go-back-N)"},
+			{s.Probes, "were tail-loss probes"}} {
 			if x.n > 0 {
 				f = append(f, strconv.Itoa(x.n)+" "+x.what)
 			}
 		}
-		say("Of the packets sent again, %s (inferred).", join(f))
+		how := "inferred"
+		switch {
+		case s.Traced == s.Retransmits:
+			how = "as the sender's own trace says"
+		case s.Traced > 0:
+			how = strconv.Itoa(s.Traced) + " as the sender's trace says, the rest inferred"
+		}
+		say("Of the packets sent again, %s (%s).", join(f), how)
 	}
 	if pr.Transport == wire.TransportRC && s.Responses > 0 {
 		f := []string{plural(s.ACKs, "ACK")}
