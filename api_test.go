@@ -705,3 +705,25 @@ func TestErrorAfterReceive(t *testing.T) {
 		}
 	}
 }
+
+// TestCounterNames: the counters carry the names rxe's and mlx5's hardware counters have, so that a
+// user who knows `rdma statistic` finds them: rxe's where rxe has the counter, mlx5's where only mlx5
+// does, the field's name otherwise.
+func TestCounterNames(t *testing.T) {
+	var s goroce.Stats
+	s.CNPSent, s.DropICRC, s.RxMADs, s.QP.Timeouts, s.QP.RcvdCNP, s.QP.RcvdCE, s.QP.ImpliedNAKs, s.QP.DuplicateRequest = 1, 2, 3, 4, 5, 6, 7, 8
+	got := map[string]uint64{}
+	s.Each(func(name string, v uint64) {
+		if _, dup := got[name]; dup {
+			t.Errorf("two counters named %s", name)
+		}
+		got[name] = v
+	})
+	for name, want := range map[string]uint64{"np_cnp_sent": 1, "DropICRC": 2, "RxMADs": 3, "local_ack_timeout_err": 4,
+		"rp_cnp_handled": 5, "np_ecn_marked_roce_packets": 6, "implied_nak_seq_err": 7, "duplicate_request": 8,
+		"out_of_seq_request": 0, "rcvd_seq_err": 0, "TxPackets": 0, "DropNotReady": 0, "cm_Received": 0} {
+		if v, ok := got[name]; !ok || v != want {
+			t.Errorf("%s: %d (present %v), want %d", name, v, ok, want)
+		}
+	}
+}

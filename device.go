@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -317,7 +318,7 @@ type Stats struct {
 	DropTruncated                          uint64 // datagram larger than a receive buffer
 	DropNoRoute                            uint64 // a packet to a GID with no usable address
 	CERcvd                                 uint64 // packets that arrived marked Congestion Experienced
-	CNPSent                                uint64 // congestion notification packets sent (DCQCN notification point)
+	CNPSent                                uint64 `mlx5:"np_cnp_sent"` // congestion notification packets sent (DCQCN notification point)
 	TxGSO                                  uint64 // GSO writes: runs of packets sent with one system call
 	GSOFallback                            uint64 // GSO writes the kernel refused, sent again packet by packet
 	RxGRO                                  uint64 // coalesced runs received (UDP GRO)
@@ -328,6 +329,27 @@ type Stats struct {
 	DropGSI                                uint64 // packets for QP1 that are not MADs: not a UD SEND_ONLY, or another Q_Key or partition
 	QP                                     Counters
 	CM                                     CMStats // the connection manager's (Dial, Listen)
+}
+
+// Each calls fn with the device's own counters, by name (mlx5's where it has one, as np_cnp_sent; else
+// the field's name, as DropICRC), then with Stats.QP's (Counters.Each: rxe's and mlx5's names) and the
+// CM's (CMStats.Each), each of those prefixed "cm_".
+func (s *Stats) Each(fn func(name string, v uint64)) {
+	v := reflect.ValueOf(s).Elem()
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if f.Type.Kind() != reflect.Uint64 {
+			continue
+		}
+		name := f.Tag.Get("mlx5")
+		if name == "" {
+			name = f.Name
+		}
+		fn(name, v.Field(i).Uint())
+	}
+	s.QP.Each(fn)
+	s.CM.Each(func(name string, v uint64) { fn("cm_"+name, v) })
 }
 
 // Stats returns a snapshot of the device's counters.

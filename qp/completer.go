@@ -393,6 +393,9 @@ func (c *completer) onAtomicAck(q *QP, now time.Time, p wire.Packet, psn wire.PS
 // request when the retry counter has run out. Unlike rxe, which never exhausts a retry count of 7,
 // goroce follows IBTA Vol 1 9.7.6.1.3: retry_cnt 7 allows seven retries. Only rnr_retry 7 is infinite.
 func (c *completer) retry(q *QP, now time.Time, why Resend) {
+	if why == ResendImpliedNAK {
+		q.counters.ImpliedNAKs++
+	}
 	if c.retrying {
 		q.counters.RetryIgnored++
 		return
