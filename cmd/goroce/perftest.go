@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce"
+	"github.com/goroce/goroce/interop/capture"
 	"github.com/goroce/goroce/interop/perftest"
 )
 
@@ -51,9 +52,10 @@ type perftestArgs struct {
 	port    int
 	source  netip.Addr // --source_ip: the TCP connection's local address
 	timeout time.Duration
-	stats   bool // print the device's counters to stderr at the end
-	help    bool // -h
-	version bool // -V
+	stats   bool   // print the device's counters to stderr at the end
+	pcap    string // -pcap: the pcapng file of the run's packets
+	help    bool   // -h
+	version bool   // -V
 	opts    perftest.Options
 }
 
@@ -102,6 +104,20 @@ func perftestMain(ctx context.Context, t perftest.Test, args []string, stdout, s
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, a.timeout)
 		defer cancel()
+	}
+	if a.pcap != "" {
+		cw, err := capture.Create(a.pcap, nil)
+		if err != nil {
+			return fmt.Errorf("-pcap: %w", err)
+		}
+		a.opts.Tracer = cw.Tracer(nil)
+		defer func() { // after the run, whose devices have closed: every packet is in
+			if err := cw.Close(); err != nil {
+				fmt.Fprintf(stderr, "goroce perf: -pcap %s: %v\n", a.pcap, err)
+				return
+			}
+			fmt.Fprintf(stderr, "wrote %d packets to %s\n", cw.Packets(), a.pcap)
+		}()
 	}
 	port := strconv.Itoa(a.port)
 	var res perftest.Result

@@ -212,7 +212,7 @@ var perftestFlags = []*perftestFlag{
 	{short: 'w', long: []string{"limit_bw"}, value: "value", help: "fail unless the average bandwidth reaches <value>",
 		only: bwTests, onlyWhat: "bandwidth tests", set: floatFlag(func(a *perftestArgs) *float64 { return &a.opts.LimitBW })},
 	{short: 'W', long: []string{"report-counters"}, value: "counters", refuse: "goroce has no sysfs counters; goroce's -stats prints its device's"},
-	{short: 'x', long: []string{"gid-index"}, value: "index", help: "GID index (printed only: goroce has one GID, the IPv4-mapped address)",
+	{short: 'x', long: []string{"gid-index"}, value: "index", help: "GID index (printed only: goroce has one GID, its address: IPv4-mapped, or IPv6 with an IPv6 -addr)",
 		set: intFlag(func(a *perftestArgs) *int { return &a.opts.GIDIndex }, 0, 64)},
 	{short: 'y', long: []string{"limit_msgrate"}, value: "value", help: "fail unless the message rate reaches <value> Mpps",
 		only: bwTests, onlyWhat: "bandwidth tests", set: floatFlag(func(a *perftestArgs) *float64 { return &a.opts.LimitMsgRate })},
@@ -232,7 +232,7 @@ var perftestFlags = []*perftestFlag{
 	}},
 	{long: []string{"inline_recv"}, value: "size", refuse: "goroce has no inline receive"},
 	{long: []string{"use-srq"}, only: sendTest, onlyWhat: "SEND tests", refuse: "goroce perf posts receives on each QP"},
-	{long: []string{"ipv6"}, refuse: "goroce perf's GID is the IPv4-mapped address of its device"},
+	{long: []string{"ipv6"}, refuse: "goroce perf's GID is its device's address: give -addr an IPv6 address for an IPv6 GID"},
 	{long: []string{"source_ip"}, value: "ip", help: "source IP of the TCP connection (default: from the routing table)", set: func(a *perftestArgs, v string) error {
 		ip, err := netip.ParseAddr(v)
 		if err != nil || !ip.Unmap().Is4() {
@@ -315,6 +315,13 @@ var goroceFlags = []struct {
 	}},
 	{"stats", "", "print the goroce device's counters to stderr at the end", func(a *perftestArgs, _ string) error {
 		a.stats = true
+		return nil
+	}},
+	{"pcap", "file", "write goroce's packets to FILE, pcapng, as tcpdump -w does (perftest's -w is --limit_bw)", func(a *perftestArgs, v string) error {
+		if v == "" {
+			return errors.New("a file name")
+		}
+		a.pcap = v
 		return nil
 	}},
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -160,6 +161,8 @@ type perftestRunCase struct {
 	// measured: in a mismatch, the client's own traffic succeeds and its result line stands; the
 	// difference shows only at the end (a unidirectional send_bw client against a -b server).
 	measured bool
+	// pcap: the client writes its packets with -pcap; every one must be in the file, ICRC verified.
+	pcap bool
 }
 
 // perftestGarbage matches a result line whose size or count no run has: what perftest prints when
@@ -194,6 +197,8 @@ func TestPerftestCommand(t *testing.T) {
 		{name: "write_bw-q-mismatch", test: perftest.WriteBW, flags: "-s 4096 -n 20", cliFlags: "-q 2", fail: "-q differs"},
 		{name: "send_bw-b-mismatch", test: perftest.SendBW, flags: "-s 4096 -n 20", srvFlags: "-b", fail: "-b differs", measured: true},
 		{name: "write_bw-s-mismatch", test: perftest.WriteBW, flags: "-n 20", srvFlags: "-s 4096", cliFlags: "-s 8192", fail: "-s or -a differ"},
+		{name: "write_bw-pcap", test: perftest.WriteBW, flags: "-s 65536 -n 10 -m 4096", pcap: true,
+			want: []string{"RDMA_Write BW Test"}, lines: 1},
 	}
 	for i, c := range cases {
 		srvIP := fmt.Sprintf("127.0.%d.1", 160+i)
@@ -210,6 +215,10 @@ func TestPerftestCommand(t *testing.T) {
 			common := append([]string{"-p", strconv.Itoa(port), "-timeout", "30s"}, strings.Fields(c.flags)...)
 			srvArgs := append(append(slices.Clone(common), "--source_ip", srvIP), strings.Fields(c.srvFlags)...)
 			cliArgs := append(append(slices.Clone(common), "--source_ip", cliIP, srvIP), strings.Fields(c.cliFlags)...)
+			pcap := filepath.Join(t.TempDir(), "client.pcapng")
+			if c.pcap {
+				cliArgs = append(cliArgs, "-pcap", pcap)
+			}
 			var sout, serr, cout, cerr bytes.Buffer
 			done := make(chan error, 1)
 			go func() { done <- perftestMain(ctx, c.test, srvArgs, &sout, &serr) }()
@@ -251,6 +260,14 @@ func TestPerftestCommand(t *testing.T) {
 			}
 			if n := len(perftestResultLine.FindAllString(cout.String(), -1)); n != c.lines {
 				t.Errorf("the client printed %d result lines, want %d:\n%s", n, c.lines, out)
+			}
+			if c.pcap {
+				var dumped bytes.Buffer
+				total, ok := dump(&dumped, dumpOptions{}, pcap)
+				// 10 WRITEs of 16 packets and the exchange's ACKs at least, every ICRC verified.
+				if !ok || total.roce < 10*16 || total.icrcOK != total.roce || !strings.Contains(cerr.String(), "wrote ") {
+					t.Errorf("-pcap: %s\n%s\n%s", total.line(), lastLines(dumped.String(), 5), cerr.String())
+				}
 			}
 		})
 	}

@@ -65,7 +65,7 @@ func newPeer(dev *goroce.Device, addr netip.Addr, sh shape, o Options, client bo
 	var err error
 	p.dev = dev
 	if p.dev == nil {
-		if p.dev, err = goroce.Open(goroce.Config{Addr: addr, Port: goroce.DefaultPort, Network: o.Network}); err != nil {
+		if p.dev, err = goroce.Open(goroce.Config{Addr: addr, Port: goroce.DefaultPort, Network: o.Network, Tracer: o.Tracer}); err != nil {
 			return nil, err
 		}
 	}

@@ -204,7 +204,7 @@ type Options struct {
 	// MTU is the path MTU (-m). The zero MTU means 4096, the largest goroce allows, as perftest's
 	// default is the port's active MTU; both sides then take the smaller of theirs.
 	MTU goroce.MTU
-	// GIDIndex is the GID index (-x). goroce has one GID, the IPv4-mapped address, and only prints
+	// GIDIndex is the GID index (-x). goroce has one GID, its address (IPv4-mapped, or IPv6), and only prints
 	// the index, as perftest does; -1, the default, prints none.
 	GIDIndex int
 	// All runs every message size from 2 bytes to 8 MiB (-a), for tests where Test.AllSizes.
@@ -279,6 +279,9 @@ type Options struct {
 	// Network is where the device's packets travel (goroce.Config.Network): the host's UDP sockets
 	// when nil, or a *goroce.MemNetwork for a test whose two sides both run goroce.
 	Network goroce.Network
+	// Tracer, if set, sees every packet the run's devices send and receive (goroce.Config.Tracer): a
+	// capture.Writer's Tracer writes them to a pcapng file, as goroce perf -pcap does.
+	Tracer goroce.Tracer
 }
 
 // DefaultOptions returns perftest's defaults for t.

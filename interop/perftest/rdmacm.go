@@ -190,7 +190,7 @@ func listenCM(addr netip.AddrPort, o Options) (*goroce.Device, *goroce.Listener,
 		}
 		addr = netip.AddrPortFrom(o.Addr, addr.Port())
 	}
-	dev, err := goroce.Open(goroce.Config{Addr: addr.Addr().Unmap(), Port: goroce.DefaultPort, Network: o.Network})
+	dev, err := goroce.Open(goroce.Config{Addr: addr.Addr().Unmap(), Port: goroce.DefaultPort, Network: o.Network, Tracer: o.Tracer})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -242,7 +242,7 @@ func dialChannel(ctx context.Context, address string, o Options) (*cmChannel, er
 		local = addrOfUDP(u.LocalAddr())
 		u.Close()
 	}
-	dev, err := goroce.Open(goroce.Config{Addr: local.Unmap(), Port: goroce.DefaultPort, Network: o.Network})
+	dev, err := goroce.Open(goroce.Config{Addr: local.Unmap(), Port: goroce.DefaultPort, Network: o.Network, Tracer: o.Tracer})
 	if err != nil {
 		return nil, err
 	}
