@@ -317,8 +317,14 @@ func TestRpingLoss(t *testing.T) {
 		if n := strings.Count(sout, "server ping data: "); n != conns*c.count {
 			t.Errorf("goroce rping -s -P printed %d pings, want %d", n, conns*c.count)
 		}
-		if n := strings.Count(sout, "server DISCONNECT EVENT..."); n != conns {
-			t.Errorf("goroce rping -s -P saw %d disconnections, want %d", n, conns)
+		// A client's DREQ lost to the netem loss is not sent again: rping exits right after
+		// rdma_disconnect, and destroying its id cancels the DREQ's retries (the kernel's ib_cm
+		// enters timewait), so the server, goroce's as rxe's, never hears of that disconnection. One
+		// such loss in the six connections is common at 3% (about one run in six), two are rare.
+		if n := strings.Count(sout, "server DISCONNECT EVENT..."); n < conns-2 || n > conns {
+			t.Errorf("goroce rping -s -P saw %d disconnections of %d connections", n, conns)
+		} else if n < conns {
+			t.Logf("%d of %d clients' DREQs lost on the way, never resent", conns-n, conns)
 		}
 		r, d := goroceCMRetries(sout)
 		goroceRetries, goroceDups = goroceRetries+r, goroceDups+d

@@ -31,6 +31,7 @@ import (
 	"io"
 	"net/netip"
 	"strconv"
+	"time"
 
 	"github.com/goroce/goroce"
 )
@@ -340,6 +341,10 @@ func (p *peer) recvInfo(ctx context.Context) (info, error) {
 	return in, nil
 }
 
+// stopGrace is how long a server whose context has ended still waits for a ping under way to finish
+// and for the client's next advertisement, at which it stops.
+const stopGrace = 5 * time.Second
+
 // Server takes rping clients on one rdma_cm port.
 type Server struct {
 	dev  *goroce.Device
@@ -434,12 +439,24 @@ func (s *Server) serveConn(ctx context.Context, r *goroce.ConnRequest, stdout, s
 	if p.conn, err = r.Accept(ctx, o); err != nil {
 		return 0, fmt.Errorf("connect error: %w", err)
 	}
+	// When ctx ends, the server stops at a ping's boundary: a ping under way finishes (within
+	// stopGrace), and the client's next advertisement is taken and left unanswered before the
+	// connection closes. The client then waits for nothing but the disconnection, and rping's client
+	// ends with status 0 on it; a DREQ that overtook a go-ahead its CQ thread had not yet taken would
+	// make it fail ("wait for RDMA_WRITE_ADV state 9").
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(stopGrace, cancel) })
+	defer stop()
 	pings := 0
 	for {
 		// The client's source: READ it.
-		src, err := p.recvInfo(ctx)
+		src, err := p.recvInfo(wctx)
 		if errors.Is(err, errDisconnected) {
 			break
+		}
+		if err == nil && ctx.Err() != nil {
+			err = ctx.Err()
 		}
 		if err != nil {
 			return pings, err
@@ -454,7 +471,7 @@ func (s *Server) serveConn(ctx context.Context, r *goroce.ConnRequest, stdout, s
 			return pings, fmt.Errorf("post send error: %w", err)
 		}
 		p.debugf("server posted rdma read req \n")
-		if _, err := p.next(ctx, goroce.CompRDMARead); err != nil {
+		if _, err := p.next(wctx, goroce.CompRDMARead); err != nil {
 			return pings, waitError(err, "RDMA_READ_COMPLETE")
 		}
 		p.debugf("server received read complete\n")
@@ -474,7 +491,7 @@ func (s *Server) serveConn(ctx context.Context, r *goroce.ConnRequest, stdout, s
 		p.debugf("server posted go ahead\n")
 
 		// The client's sink: WRITE what was read, up to and with its NUL.
-		sink, err := p.recvInfo(ctx)
+		sink, err := p.recvInfo(wctx)
 		if err != nil {
 			return pings, waitError(err, "RDMA_WRITE_ADV")
 		}
@@ -488,7 +505,7 @@ func (s *Server) serveConn(ctx context.Context, r *goroce.ConnRequest, stdout, s
 			SGL: []goroce.SGE{p.rdma.SGE(0, n)}, RemoteAddr: sink.addr, RKey: sink.rkey}); err != nil {
 			return pings, fmt.Errorf("post send error: %w", err)
 		}
-		if _, err := p.next(ctx, goroce.CompRDMAWrite); err != nil {
+		if _, err := p.next(wctx, goroce.CompRDMAWrite); err != nil {
 			return pings, waitError(err, "RDMA_WRITE_COMPLETE")
 		}
 		p.debugf("server rdma write complete \n")
