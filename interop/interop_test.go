@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce"
 	"github.com/goroce/goroce/interop/lab"
 )
 
@@ -363,4 +365,56 @@ func execBackground(ctx context.Context, g *lab.Guest, cmd string) <-chan execRe
 		ch <- execResult{out, err}
 	}()
 	return ch
+}
+
+// selfPeer starts this test binary in the lab's namespace as a goroce peer of a librdmacm example:
+// env selects the peer's main (an init function checks it), args are its arguments, "server
+// LOCAL-IP PORT" or "client LOCAL-IP SERVER-IP:PORT". For a server it returns once the peer prints
+// "listening". The function it returns waits for the peer's end and gives its output.
+func selfPeer(ctx context.Context, t testing.TB, env string, args ...string) func() (string, error) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := lab.NSCommand(ctx, self, args...)
+	cmd.Env = append(os.Environ(), env+"=1")
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	for args[0] == "server" && !strings.Contains(out.String(), "listening") {
+		select {
+		case err := <-waited:
+			t.Fatalf("the goroce peer ended before listening: %v\n%s", err, out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return func() (string, error) {
+		err := <-waited
+		return out.String(), err
+	}
+}
+
+// openSelfPeer checks a selfPeer's arguments and opens its device on LOCAL-IP at RoCEv2's port. On
+// an error it prints it and returns the exit code the peer's main returns.
+func openSelfPeer(args []string) (*goroce.Device, int) {
+	if len(args) != 3 || args[0] != "server" && args[0] != "client" {
+		fmt.Println("usage: server|client LOCAL-IP PORT|SERVER:PORT")
+		return nil, 2
+	}
+	local, err := netip.ParseAddr(args[1])
+	if err != nil {
+		fmt.Println(err)
+		return nil, 2
+	}
+	dev, err := goroce.Open(goroce.Config{Addr: local, Port: goroce.DefaultPort})
+	if err != nil {
+		fmt.Println(err)
+		return nil, 1
+	}
+	return dev, 0
 }

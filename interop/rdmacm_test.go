@@ -5,14 +5,12 @@ package interop
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce"
 	"github.com/goroce/goroce/interop/lab"
 	"github.com/goroce/goroce/interop/rdmacm"
 )
@@ -34,24 +32,15 @@ func init() {
 // rdmacmPeerMain runs the peer and prints what it received: "received: <hex>", then "end 0" or the
 // error, as the examples end with "rdma_server: end 0".
 func rdmacmPeerMain(args []string) int {
-	if len(args) != 3 {
-		fmt.Println("usage: server|client LOCAL-IP PORT|SERVER:PORT")
-		return 2
-	}
-	local, err := netip.ParseAddr(args[1])
-	if err != nil {
-		fmt.Println(err)
-		return 2
-	}
-	dev, err := goroce.Open(goroce.Config{Addr: local, Port: goroce.DefaultPort})
-	if err != nil {
-		fmt.Println(err)
-		return 1
+	dev, code := openSelfPeer(args)
+	if dev == nil {
+		return code
 	}
 	defer dev.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var got rdmacm.Message
+	var err error
 	var msg rdmacm.Message
 	copy(msg[:], "goroce "+args[0])
 	if args[0] == "server" {
@@ -68,33 +57,10 @@ func rdmacmPeerMain(args []string) int {
 	return 0
 }
 
-// rdmacmPeer starts the goroce peer in the namespace; for a server, it returns once it listens.
+// rdmacmPeer starts the goroce peer in the namespace (selfPeer).
 func rdmacmPeer(ctx context.Context, t testing.TB, args ...string) func() (string, error) {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := lab.NSCommand(ctx, self, args...)
-	cmd.Env = append(os.Environ(), rdmacmEnv+"=1")
-	var out lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	for args[0] == "server" && !strings.Contains(out.String(), "listening") {
-		select {
-		case err := <-waited:
-			t.Fatalf("the goroce peer ended before listening: %v\n%s", err, out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return func() (string, error) {
-		err := <-waited
-		return out.String(), err
-	}
+	return selfPeer(ctx, t, rdmacmEnv, args...)
 }
 
 // zeros16 is what rdma_server and rdma_client send: their 16-byte buffer, never written.

@@ -5,14 +5,12 @@ package interop
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce"
 	"github.com/goroce/goroce/interop/lab"
 	"github.com/goroce/goroce/interop/udaddy"
 )
@@ -33,24 +31,15 @@ func init() {
 
 // udaddyPeerMain runs the peer and prints "received N", then "end 0" or the error.
 func udaddyPeerMain(args []string) int {
-	if len(args) != 3 {
-		fmt.Println("usage: server|client LOCAL-IP PORT|SERVER:PORT")
-		return 2
-	}
-	local, err := netip.ParseAddr(args[1])
-	if err != nil {
-		fmt.Println(err)
-		return 2
-	}
-	dev, err := goroce.Open(goroce.Config{Addr: local, Port: goroce.DefaultPort})
-	if err != nil {
-		fmt.Println(err)
-		return 1
+	dev, code := openSelfPeer(args)
+	if dev == nil {
+		return code
 	}
 	defer dev.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var n int
+	var err error
 	if args[0] == "server" {
 		port, _ := strconv.Atoi(args[2])
 		n, err = udaddy.Server(ctx, dev, uint16(port), udaddy.DefaultCount, udaddy.DefaultSize, func() { fmt.Println("listening") })
@@ -69,33 +58,10 @@ func udaddyPeerMain(args []string) int {
 	return 0
 }
 
-// udaddyPeer starts the goroce peer in the namespace; for a server, it returns once it listens.
+// udaddyPeer starts the goroce peer in the namespace (selfPeer).
 func udaddyPeer(ctx context.Context, t testing.TB, args ...string) func() (string, error) {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := lab.NSCommand(ctx, self, args...)
-	cmd.Env = append(os.Environ(), udaddyEnv+"=1")
-	var out lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	for args[0] == "server" && !strings.Contains(out.String(), "listening") {
-		select {
-		case err := <-waited:
-			t.Fatalf("the goroce peer ended before listening: %v\n%s", err, out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return func() (string, error) {
-		err := <-waited
-		return out.String(), err
-	}
+	return selfPeer(ctx, t, udaddyEnv, args...)
 }
 
 // udaddyDone is what udaddy prints when its transfers completed and it ends without an error.
