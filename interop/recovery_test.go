@@ -69,12 +69,22 @@ func TestLossRecoveryBothWays(t *testing.T) {
 			t.Logf("goroce pingpong (server):\n%s", sout.String())
 			t.Logf("%s (client):\n%s", c.tool(), out)
 			t.Logf("rxe counters before: %s\nrxe counters after:  %s", before, rxeCounters(ctx, g))
-			if serr != nil || cerr != nil {
+			if cerr != nil {
 				t.Fatalf("goroce pingpong: %v; %s: %v", serr, c.tool(), cerr)
 			}
-			m := pingpongRate.FindStringSubmatch(sout.String())
+			if serr != nil && !strings.Contains(sout.String(), "transport retry counter exceeded") {
+				t.Fatalf("goroce pingpong: %v", serr)
+			}
+			if serr != nil {
+				// The pingpong protocol's end-of-run race under loss (see TestPingpongLoss): goroce's
+				// last SEND reached the client, whose ACK was lost after it had finished.
+				t.Logf("goroce's last SEND lost its ACK after %s had finished (the pingpong protocol's end-of-run race under loss)", c.tool())
+			}
+			// The client's rate: both sides measure the same exchanges, and the client's line is
+			// there whichever way the run ends.
+			m := pingpongRate.FindStringSubmatch(out)
 			if m == nil {
-				t.Fatalf("no rate in goroce's output")
+				t.Fatalf("no rate in %s's output", c.tool())
 			}
 			rates[dir.name], _ = strconv.ParseFloat(m[1], 64)
 		})
