@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/goroce/goroce"
-	"github.com/goroce/goroce/interop/capture"
 	"github.com/goroce/goroce/interop/perftest"
 )
 
@@ -106,18 +105,11 @@ func perftestMain(ctx context.Context, t perftest.Test, args []string, stdout, s
 		defer cancel()
 	}
 	if a.pcap != "" {
-		cw, err := capture.Create(a.pcap, nil)
-		if err != nil {
-			return fmt.Errorf("-pcap: %w", err)
+		var done func()
+		if a.opts.Tracer, done, err = captureRun("perf", "pcap", a.pcap, stderr); err != nil {
+			return err
 		}
-		a.opts.Tracer = cw.Tracer(nil)
-		defer func() { // after the run, whose devices have closed: every packet is in
-			if err := cw.Close(); err != nil {
-				fmt.Fprintf(stderr, "goroce perf: -pcap %s: %v\n", a.pcap, err)
-				return
-			}
-			fmt.Fprintf(stderr, "wrote %d packets to %s\n", cw.Packets(), a.pcap)
-		}()
+		defer done() // after the run, whose devices have closed
 	}
 	port := strconv.Itoa(a.port)
 	var res perftest.Result

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/goroce/goroce"
-	"github.com/goroce/goroce/interop/capture"
 	"github.com/goroce/goroce/interop/pingpong"
 )
 
@@ -285,19 +284,11 @@ func runPingpong(args []string) error {
 		defer cancel()
 	}
 	if a.write != "" {
-		cw, err := capture.Create(a.write, nil)
-		if err != nil {
-			return fmt.Errorf("-w: %w", err)
+		var done func()
+		if a.opts.Tracer, done, err = captureRun("pingpong", "w", a.write, os.Stderr); err != nil {
+			return err
 		}
-		a.opts.Tracer = cw.Tracer(nil)
-		defer func() {
-			// After the run, whose device has closed: every packet is in.
-			if err := cw.Close(); err != nil {
-				fmt.Fprintf(os.Stderr, "goroce pingpong: -w %s: %v\n", a.write, err)
-				return
-			}
-			fmt.Fprintf(os.Stderr, "wrote %d packets to %s\n", cw.Packets(), a.write)
-		}()
+		defer done() // after the run, whose device has closed
 	}
 	port := strconv.Itoa(a.port)
 	if a.host == "" {

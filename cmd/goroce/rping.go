@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/goroce/goroce"
-	"github.com/goroce/goroce/interop/capture"
 	"github.com/goroce/goroce/interop/rping"
 )
 
@@ -133,18 +132,11 @@ func rpingMain(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg := goroce.Config{Addr: local, Port: goroce.DefaultPort}
 	if a.write != "" {
-		cw, err := capture.Create(a.write, nil)
-		if err != nil {
-			return fmt.Errorf("-w: %w", err)
+		var done func()
+		if cfg.Tracer, done, err = captureRun("rping", "w", a.write, stderr); err != nil {
+			return err
 		}
-		cfg.Tracer = cw.Tracer(nil)
-		defer func() { // after the device has closed: every packet is in
-			if err := cw.Close(); err != nil {
-				fmt.Fprintf(stderr, "goroce rping: -w %s: %v\n", a.write, err)
-				return
-			}
-			fmt.Fprintf(stderr, "wrote %d packets to %s\n", cw.Packets(), a.write)
-		}()
+		defer done() // after the device has closed
 	}
 	dev, err := goroce.Open(cfg)
 	if err != nil {
