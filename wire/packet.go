@@ -19,12 +19,20 @@ type Packet struct {
 // count fits, and the payload is allowed and no larger than MaxPayload. It does not check the ICRC, which
 // covers IP and UDP headers Parse does not see: use VerifyICRC, or ParseIP when the IP header is at hand.
 // Parse never allocates and never panics.
-func Parse(b []byte) (Packet, error) {
+func Parse(b []byte) (Packet, error) { return parse(b, false) }
+
+// parse is Parse, or with reserved ParseReserved: the opcode must be valid, or else one of the reserved
+// RC opcodes, and the checks that follow are the same for both.
+func parse(b []byte, reserved bool) (Packet, error) {
 	if len(b) < BTHLen+ICRCLen {
 		return Packet{}, errShortBTH
 	}
 	info := &opTable[b[bthOpcode]]
-	if !info.valid {
+	if reserved {
+		if info.valid || info.Transport != TransportRC || info.HeaderLen == 0 {
+			return Packet{}, ErrBadOpcode
+		}
+	} else if !info.valid {
 		return Packet{}, ErrBadOpcode
 	}
 	bth := BTH(b)
@@ -68,31 +76,7 @@ func Parse(b []byte) (Packet, error) {
 // responder answers such a request with NAK invalid request, as IBTA Vol 1 9.7.5 asks of responder
 // errors (qp/CONFORMANCE.md L5; rxe drops it), and for that needs its PSN. Any other b is
 // ErrBadOpcode.
-func ParseReserved(b []byte) (Packet, error) {
-	if len(b) < BTHLen+ICRCLen {
-		return Packet{}, errShortBTH
-	}
-	info := &opTable[b[bthOpcode]]
-	if info.valid || info.Transport != TransportRC || info.HeaderLen == 0 {
-		return Packet{}, ErrBadOpcode
-	}
-	bth := BTH(b)
-	if bth.TVer() != TransportVersion {
-		return Packet{}, ErrBadVersion
-	}
-	if len(b)%4 != 0 {
-		return Packet{}, errUnaligned
-	}
-	rest := len(b) - BTHLen - ICRCLen
-	pad := bth.PadCnt()
-	if pad > rest {
-		return Packet{}, errPadExceeds
-	}
-	if rest-pad > MaxPayload {
-		return Packet{}, errPayloadTooLarge
-	}
-	return Packet{b: b, info: info, payload: uint16(rest - pad)}, nil
-}
+func ParseReserved(b []byte) (Packet, error) { return parse(b, true) }
 
 // Bytes returns the whole packet, BTH through ICRC.
 func (p Packet) Bytes() []byte { return p.b }
