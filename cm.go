@@ -422,6 +422,22 @@ func (m *cmDevice) ephemeralPort() uint16 {
 	return uint16(32768 + m.rng.IntN(60999-32768+1))
 }
 
+// listenLocked has the engine take requests for port of space, or for a free ephemeral port of it
+// when port is 0, and returns the port and its service ID. The caller holds mu.
+func (m *cmDevice) listenLocked(space mad.PortSpace, port uint16, backlog int) (uint16, uint64, error) {
+	for {
+		p := port
+		if p == 0 {
+			p = m.ephemeralPort()
+		}
+		sid := mad.ServiceID(space, p)
+		err := m.eng.Listen(sid, backlog)
+		if err == nil || port != 0 {
+			return p, sid, err
+		}
+	}
+}
+
 // CMStats are the connection manager's counters (Stats.CM): the MADs by CM attribute, rejections by
 // reason, and every MAD dropped by reason. The arrays are indexed by attribute (0 REQ, 1 MRA, 2 REJ,
 // 3 REP, 4 RTU, 5 DREQ, 6 DREP, 7 SIDR_REQ, 8 SIDR_REP, 9 LAP, 10 APR), as Linux's cm_tx_msgs and
@@ -882,16 +898,8 @@ func (d *Device) Listen(port uint16, opts *CMOptions) (*Listener, error) {
 	if m.closed {
 		return nil, ErrClosed
 	}
-	if port == 0 {
-		for {
-			port = m.ephemeralPort()
-			if m.listeners[mad.ServiceID(mad.PortSpaceTCP, port)] == nil {
-				break
-			}
-		}
-	}
-	sid := mad.ServiceID(mad.PortSpaceTCP, port)
-	if err := m.eng.Listen(sid, o.Backlog); err != nil {
+	port, sid, err := m.listenLocked(mad.PortSpaceTCP, port, o.Backlog)
+	if err != nil {
 		return nil, fmt.Errorf("goroce: listening on rdma_cm port %d: %w", port, syscall.EADDRINUSE)
 	}
 	l := &Listener{m: m, port: port, sid: sid, opts: o, reqs: make(chan *ConnRequest, o.Backlog), closed: make(chan struct{})}

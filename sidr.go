@@ -168,16 +168,8 @@ func (d *Device) ListenUD(port uint16, q *QP, opts *UDOptions) (*UDListener, err
 	if m.closed {
 		return nil, ErrClosed
 	}
-	if port == 0 {
-		for {
-			port = m.ephemeralPort()
-			if m.udListeners[mad.ServiceID(mad.PortSpaceUDP, port)] == nil {
-				break
-			}
-		}
-	}
-	sid := mad.ServiceID(mad.PortSpaceUDP, port)
-	if err := m.eng.Listen(sid, o.Backlog); err != nil {
+	port, sid, err := m.listenLocked(mad.PortSpaceUDP, port, o.Backlog)
+	if err != nil {
 		return nil, fmt.Errorf("goroce: listening on rdma_cm UDP port %d: %w", port, syscall.EADDRINUSE)
 	}
 	l := &UDListener{m: m, port: port, sid: sid, qp: q, opts: o, closed: make(chan struct{})}
