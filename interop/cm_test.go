@@ -69,20 +69,8 @@ func guestRping(timeout int, args string) string {
 func startGoroceRping(t testing.TB, ctx context.Context, args ...string) func(stop bool) (string, error) {
 	t.Helper()
 	cmd := lab.NSCommand(ctx, goroceBin, append([]string{"rping", "-s", "-d", "-a", lab.HostIP}, args...)...)
-	var out lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	for !strings.Contains(out.String(), "rdma_listen") {
-		select {
-		case err := <-waited:
-			t.Fatalf("goroce rping ended before listening: %v\n%s", err, out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	out, waited := startReady(t, cmd, "goroce rping ended before listening",
+		func(s string) bool { return strings.Contains(s, "rdma_listen") })
 	return func(stop bool) (string, error) {
 		if stop {
 			_ = cmd.Process.Signal(os.Interrupt)

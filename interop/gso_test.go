@@ -295,23 +295,10 @@ func captureInNS(ctx context.Context, t testing.TB, bin string, args ...string) 
 	t.Helper()
 	ready := filepath.Join(t.TempDir(), "ready")
 	cmd := lab.NSCommand(ctx, bin, append(append([]string{"capture"}, args...), "-ready", ready)...)
-	var out lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	for {
-		if _, err := os.Stat(ready); err == nil {
-			break
-		}
-		select {
-		case err := <-waited:
-			t.Fatalf("gsoprobe capture in the namespace ended before it was ready: %v\n%s", err, out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	out, waited := startReady(t, cmd, "gsoprobe capture in the namespace ended before it was ready", func(string) bool {
+		_, err := os.Stat(ready)
+		return err == nil
+	})
 	return func() (string, error) {
 		err := <-waited
 		return out.String(), err

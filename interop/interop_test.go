@@ -221,18 +221,25 @@ func TestPingpongGoroceServer(t *testing.T) {
 // perf). out collects its stdout and stderr; waited yields its exit.
 func startGoroce(ctx context.Context, t testing.TB, ready string, args []string) (out *lockedBuffer, waited <-chan error) {
 	t.Helper()
-	c := lab.NSCommand(ctx, goroceBin, args...)
+	return startReady(t, lab.NSCommand(ctx, goroceBin, args...), "goroce "+args[0]+" ended before listening",
+		func(s string) bool { return strings.Contains(s, ready) })
+}
+
+// startReady starts cmd with its stdout and stderr in out and returns once ready(output so far) is
+// true; if cmd ends first, the test fails with ended, the exit and the output. waited yields its exit.
+func startReady(t testing.TB, cmd *exec.Cmd, ended string, ready func(out string) bool) (out *lockedBuffer, waited <-chan error) {
+	t.Helper()
 	out = new(lockedBuffer)
-	c.Stdout, c.Stderr = out, out
-	if err := c.Start(); err != nil {
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	ch := make(chan error, 1)
-	go func() { ch <- c.Wait() }()
-	for !strings.Contains(out.String(), ready) {
+	go func() { ch <- cmd.Wait() }()
+	for !ready(out.String()) {
 		select {
 		case err := <-ch:
-			t.Fatalf("goroce %s ended before listening: %v\n%s", args[0], err, out.String())
+			t.Fatalf("%s: %v\n%s", ended, err, out.String())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -379,20 +386,8 @@ func selfPeer(ctx context.Context, t testing.TB, env string, args ...string) fun
 	}
 	cmd := lab.NSCommand(ctx, self, args...)
 	cmd.Env = append(os.Environ(), env+"=1")
-	var out lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	for args[0] == "server" && !strings.Contains(out.String(), "listening") {
-		select {
-		case err := <-waited:
-			t.Fatalf("the goroce peer ended before listening: %v\n%s", err, out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	out, waited := startReady(t, cmd, "the goroce peer ended before listening",
+		func(s string) bool { return args[0] != "server" || strings.Contains(s, "listening") })
 	return func() (string, error) {
 		err := <-waited
 		return out.String(), err

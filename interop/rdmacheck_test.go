@@ -67,26 +67,14 @@ func rdmacheckPeer(ctx context.Context, t testing.TB, flags []string, conns ...s
 	}
 	cmd := lab.NSCommand(ctx, self, append(flags, conns...)...)
 	cmd.Env = append(os.Environ(), rdmacheckEnv+"=1")
-	out = &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	for _, c := range conns {
-		role, rest, _ := strings.Cut(c, ":")
-		if role != "server" {
-			continue
-		}
-		for !strings.Contains(out.String(), "rdmacheck["+rest+"]: listening") {
-			select {
-			case err := <-waited:
-				t.Fatalf("goroce rdmacheck peer ended before listening: %v\n%s", err, out.String())
-			case <-time.After(20 * time.Millisecond):
+	out, waited := startReady(t, cmd, "goroce rdmacheck peer ended before listening", func(s string) bool {
+		for _, c := range conns {
+			if role, rest, _ := strings.Cut(c, ":"); role == "server" && !strings.Contains(s, "rdmacheck["+rest+"]: listening") {
+				return false
 			}
 		}
-	}
+		return true
+	})
 	return out, func() error { return <-waited }
 }
 
