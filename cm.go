@@ -322,10 +322,10 @@ func (m *cmDevice) dispatch(now time.Time, ev cm.Event) {
 	if m.dispatchSIDR(now, ev) {
 		return
 	}
-	if r := m.reqs[ev.ID]; r != nil {
-		// A request the application did not answer in time: the engine rejected it.
+	if m.reqs[ev.ID] != nil {
+		// A request the application did not answer in time: the engine rejected it, and take now
+		// finds it gone.
 		delete(m.reqs, ev.ID)
-		r.expired = true
 		return
 	}
 	c := m.conns[ev.ID]
@@ -963,8 +963,7 @@ func (l *Listener) closeLocked() {
 		for drained := false; !drained; {
 			select {
 			case r := <-l.reqs:
-				if m.reqs[r.id] == r {
-					delete(m.reqs, r.id)
+				if r.take() {
 					_ = m.eng.Reject(now, r.id, mad.RejConsumerReject, nil)
 				}
 			default:
@@ -987,7 +986,6 @@ type ConnRequest struct {
 	local       netip.AddrPort
 	remote      netip.AddrPort
 	privateData []byte
-	expired     bool // guarded by m.mu: the CM rejected it for the program
 }
 
 // PrivateData returns the private data of the REQ after rdma_cm's header: 56 bytes, zero-padded.
@@ -1013,7 +1011,7 @@ func (r *ConnRequest) ResponderResources() uint8 { return r.qp.MaxRdAtomic }
 // take claims the request for an answer; false if it was answered, withdrawn or timed out. The caller
 // holds m.mu.
 func (r *ConnRequest) take() bool {
-	if r.m.reqs[r.id] != r || r.expired {
+	if r.m.reqs[r.id] != r {
 		return false
 	}
 	delete(r.m.reqs, r.id)

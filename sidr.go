@@ -245,7 +245,6 @@ type UDRequest struct {
 	id          cm.ConnID
 	remote      netip.AddrPort
 	privateData []byte
-	expired     bool // guarded by m.mu: the CM refused it for the program
 }
 
 // RemoteAddr returns the peer's address and its rdma_cm port (from rdma_cm's header).
@@ -256,7 +255,7 @@ func (r *UDRequest) PrivateData() []byte { return r.privateData }
 
 // take claims the request for an answer. The caller holds m.mu.
 func (r *UDRequest) take() bool {
-	if r.m.udReqs[r.id] != r || r.expired {
+	if r.m.udReqs[r.id] != r {
 		return false
 	}
 	delete(r.m.udReqs, r.id)
@@ -436,10 +435,10 @@ func (m *cmDevice) dispatchSIDR(now time.Time, ev cm.Event) bool {
 		}
 		return true
 	}
-	if r := m.udReqs[ev.ID]; r != nil {
-		// A request the program did not answer in time: the engine refused it.
+	if m.udReqs[ev.ID] != nil {
+		// A request the program did not answer in time: the engine refused it, and take now finds
+		// it gone.
 		delete(m.udReqs, ev.ID)
-		r.expired = true
 		return true
 	}
 	return false
