@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -68,17 +67,6 @@ func captureSimRun(t *testing.T, seed uint64) *simRun {
 	return r
 }
 
-func (r *simRun) comments(prefix string) (n int) {
-	for _, rec := range r.recs {
-		for _, c := range rec.Comments {
-			if strings.HasPrefix(c, prefix) {
-				n++
-			}
-		}
-	}
-	return n
-}
-
 // A simulated run's capture has one record per packet a host sent and one per copy a link made, in
 // virtual time; every loss, drop, CE mark and bit flip is a comment on its packet; every ICRC verifies
 // but those of corrupted copies.
@@ -104,7 +92,7 @@ func TestSimTracer(t *testing.T) {
 		{"corrupted: a bit flipped", r.kinds[sim.TraceCorrupt]},
 		{"duplicate: copied by the network", len(r.dups)},
 	} {
-		if n := r.comments(c.prefix); n != c.want {
+		if n := countComments(r.recs, c.prefix); n != c.want {
 			t.Errorf("%d comments %q, want %d", n, c.prefix, c.want)
 		}
 	}

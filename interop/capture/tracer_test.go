@@ -173,9 +173,9 @@ func ok(t testing.TB, err error) {
 	}
 }
 
-// comments counts the records with a comment starting with prefix.
-func (r *run) comments(prefix string) (n int) {
-	for _, rec := range r.recs {
+// countComments counts the comments in recs that start with prefix.
+func countComments(recs []Record, prefix string) (n int) {
+	for _, rec := range recs {
 		for _, c := range rec.Comments {
 			if strings.HasPrefix(c, prefix) {
 				n++
@@ -211,13 +211,13 @@ func TestTracerMemNetwork(t *testing.T) {
 			t.Errorf("record %d has no direction", i+1)
 		}
 	}
-	if n := r.comments("lost: injected loss"); n != int(imp.Dropped) {
+	if n := countComments(r.recs, "lost: injected loss"); n != int(imp.Dropped) {
 		t.Errorf("%d records say lost, the network lost %d", n, imp.Dropped)
 	}
-	if n := r.comments("dropped: unknown QPN"); n != c.reasons["unknown QPN"] {
+	if n := countComments(r.recs, "dropped: unknown QPN"); n != c.reasons["unknown QPN"] {
 		t.Errorf("%d records say dropped: unknown QPN, the device dropped %d", n, c.reasons["unknown QPN"])
 	}
-	if n := r.comments("dropped: "); n != drop {
+	if n := countComments(r.recs, "dropped: "); n != drop {
 		t.Errorf("%d records say dropped, the devices dropped %d", n, drop)
 	}
 	// A duplicate is written again when it arrives: said "duplicate", or "dropped" when the copy was
@@ -228,10 +228,10 @@ func TestTracerMemNetwork(t *testing.T) {
 			inboundDrops++
 		}
 	}
-	if n := r.comments("duplicate: delivered again by the network"); n+inboundDrops != int(imp.Duplicated) {
+	if n := countComments(r.recs, "duplicate: delivered again by the network"); n+inboundDrops != int(imp.Duplicated) {
 		t.Errorf("%d records say duplicate and %d dropped on arrival, the network duplicated %d", n, inboundDrops, imp.Duplicated)
 	}
-	if n := r.comments("marked: ECN CE on the way"); n == 0 || n > int(imp.Marked) {
+	if n := countComments(r.recs, "marked: ECN CE on the way"); n == 0 || n > int(imp.Marked) {
 		t.Errorf("%d records say marked, the network marked %d", n, imp.Marked)
 	}
 }
