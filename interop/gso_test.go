@@ -367,15 +367,7 @@ func TestGSOIdentificationToGuest(t *testing.T) {
 // (drivers/infiniband/sw/rxe/rxe_recv.c, rxe_rcv: RXE_CNT_RCVD_PKTS after rxe_icrc_check).
 func rxeRcvdPkts(ctx context.Context, t testing.TB, g *lab.Guest) int {
 	t.Helper()
-	out, err := g.Exec(ctx, "cat /sys/class/infiniband/rxe0/ports/1/hw_counters/rcvd_pkts")
-	if err != nil {
-		t.Fatalf("rxe rcvd_pkts: %v\n%s", err, out)
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(out))
-	if err != nil {
-		t.Fatalf("rxe rcvd_pkts %q: %v", out, err)
-	}
-	return n
+	return rxeCounter(ctx, t, g, "rcvd_pkts")
 }
 
 // TestGSOICRCToGuestRXE checks that rxe accepts GSO segments whose ICRC was computed for
