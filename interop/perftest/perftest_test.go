@@ -57,13 +57,10 @@ type side struct {
 	err error
 }
 
-// runPair runs a goroce server and client of one test against each other on loopback: TCP on an
-// ephemeral port of the server's address, the devices on srv.Addr (the TCP address when unset) and
-// cli.Addr.
-func runPair(t *testing.T, srvAddr netip.Addr, srv, cli Options) (s, c side) {
+// serveConnect runs a goroce server on an ephemeral TCP port of srvAddr and a goroce client against
+// it, and returns what each printed and returned once both have ended.
+func serveConnect(ctx context.Context, t *testing.T, srvAddr netip.Addr, srv, cli Options) (s, c side) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	ln, err := Listen(ctx, netip.AddrPortFrom(srvAddr, 0).String(), srv)
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +75,17 @@ func runPair(t *testing.T, srvAddr netip.Addr, srv, cli Options) (s, c side) {
 	c.res, c.err = Connect(ctx, ln.Addr().String(), cli, &cb)
 	s = <-done
 	s.out, c.out = sb.String(), cb.String()
+	return s, c
+}
+
+// runPair runs a goroce server and client of one test against each other on loopback: TCP on an
+// ephemeral port of the server's address, the devices on srv.Addr (the TCP address when unset) and
+// cli.Addr.
+func runPair(t *testing.T, srvAddr netip.Addr, srv, cli Options) (s, c side) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, c = serveConnect(ctx, t, srvAddr, srv, cli)
 	if c.err != nil || s.err != nil {
 		t.Logf("client stats %+v\nserver stats %+v", c.res.Stats, s.res.Stats)
 		t.Fatalf("client: %v\n%s\nserver: %v\n%s", c.err, c.out, s.err, s.out)
@@ -489,20 +497,7 @@ func runMismatch(t *testing.T, srv, cli Options) (s, c side) {
 	defer cancel()
 	sa, ca := loopbackAddrs()
 	srv.Addr, cli.Addr = sa, ca
-	ln, err := Listen(ctx, netip.AddrPortFrom(sa, 0).String(), srv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var sb, cb lockedBuffer
-	done := make(chan side, 1)
-	go func() {
-		r, err := ln.Serve(ctx, &sb)
-		done <- side{res: r, err: err}
-	}()
-	c.res, c.err = Connect(ctx, ln.Addr().String(), cli, &cb)
-	s = <-done
-	s.out, c.out = sb.String(), cb.String()
+	s, c = serveConnect(ctx, t, sa, srv, cli)
 	if ctx.Err() != nil {
 		t.Fatalf("the run did not end: client %v, server %v\nclient:\n%s\nserver:\n%s", c.err, s.err, c.out, s.out)
 	}
@@ -659,29 +654,17 @@ func TestRunInfinitely(t *testing.T) {
 			sa, ca := loopbackAddrs()
 			srv, cli := o, o
 			srv.Addr, cli.Addr = sa, ca
-			ln, err := Listen(ctx, netip.AddrPortFrom(sa, 0).String(), srv)
-			if err != nil {
-				t.Fatal(err)
+			s, c := serveConnect(ctx, t, sa, srv, cli)
+			if c.err != nil || len(c.res.BW) < 2 || len(bwLine.FindAllString(c.out, -1)) != len(c.res.BW) {
+				t.Fatalf("client: %v, %d lines %+v:\n%s", c.err, len(c.res.BW), c.res.BW, c.out)
 			}
-			defer ln.Close()
-			var sb, cb lockedBuffer
-			done := make(chan side, 1)
-			go func() {
-				r, err := ln.Serve(ctx, &sb)
-				done <- side{res: r, err: err}
-			}()
-			cr, cerr := Connect(ctx, ln.Addr().String(), cli, &cb)
-			s := <-done
-			if cerr != nil || len(cr.BW) < 2 || len(bwLine.FindAllString(cb.String(), -1)) != len(cr.BW) {
-				t.Fatalf("client: %v, %d lines %+v:\n%s", cerr, len(cr.BW), cr.BW, cb.String())
-			}
-			for _, r := range cr.BW {
+			for _, r := range c.res.BW {
 				if r.Size != 4096 || r.Iters == 0 || r.BWAvg <= 0 || r.BWPeak != 0 {
 					t.Errorf("client line %+v", r)
 				}
 			}
 			if test == SendBW && (s.err != nil || len(s.res.BW) < 2) {
-				t.Errorf("server: %v, %+v:\n%s", s.err, s.res.BW, sb.String())
+				t.Errorf("server: %v, %+v:\n%s", s.err, s.res.BW, s.out)
 			}
 			if test == WriteBW && !errors.Is(s.err, context.DeadlineExceeded) {
 				t.Errorf("server: %v, want the context's end", s.err)
