@@ -61,6 +61,16 @@ func (c perftestCase) resultIters() int {
 // bidirectional reports whether the case runs -b: both sides print the sum of both sides' reports.
 func (c perftestCase) bidirectional() bool { return strings.Contains(" "+c.flags+" ", " -b ") }
 
+// goroceArgs are goroce perf's arguments for the case on port, without the server's address.
+func (c perftestCase) goroceArgs(port int) []string {
+	return append([]string{"perf", c.test, "-x", "1", "-p", strconv.Itoa(port), "-timeout", "90s"}, strings.Fields(c.args()+" "+c.goroceFlags)...)
+}
+
+// toolCommand is the guest's ib_<test> command for the case on port, without the server's address.
+func (c perftestCase) toolCommand(port int) string {
+	return fmt.Sprintf("timeout 90 ib_%s -d rxe0 -x 1 -p %d %s %s", c.test, port, c.args(), c.toolFlags)
+}
+
 // perftestCases are small enough to run quickly under TCG emulation: the issue 16 cases (-q, -b, -D 2,
 // atomic_lat, send_bw -a with -n 5, --report_gbits) took about 85 s per role in the lab, send_bw -a
 // 15 s of it.
@@ -312,13 +322,12 @@ func calibrationFailed(out string) bool {
 func perftestGoroceClient(g *lab.Guest, c perftestCase, port int) perftestRun {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv := execBackground(ctx, g, fmt.Sprintf("timeout 90 ib_%s -d rxe0 -x 1 -p %d %s %s", c.test, port, c.args(), c.toolFlags))
+	srv := execBackground(ctx, g, c.toolCommand(port))
 	if err := waitListen(ctx, g, port); err != nil {
 		s := <-srv
 		return perftestRun{goroceErr: fmt.Errorf("ib_%s does not listen: %w", c.test, err), toolOut: s.out, toolErr: s.err}
 	}
-	args := append([]string{"perf", c.test, "-x", "1", "-p", strconv.Itoa(port), "-timeout", "90s"}, strings.Fields(c.args()+" "+c.goroceFlags)...)
-	cout, cerr := lab.NSCommand(ctx, goroceBin, append(args, g.IP.String())...).CombinedOutput()
+	cout, cerr := lab.NSCommand(ctx, goroceBin, append(c.goroceArgs(port), g.IP.String())...).CombinedOutput()
 	s := <-srv
 	return perftestRun{goroceOut: string(cout), goroceErr: cerr, toolOut: s.out, toolErr: s.err}
 }
@@ -328,8 +337,7 @@ func perftestGoroceClient(g *lab.Guest, c perftestCase, port int) perftestRun {
 func perftestGoroceServer(g *lab.Guest, c perftestCase, port int) perftestRun {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	args := append([]string{"perf", c.test, "-x", "1", "-p", strconv.Itoa(port), "-timeout", "90s"}, strings.Fields(c.args()+" "+c.goroceFlags)...)
-	cmd := lab.NSCommand(ctx, goroceBin, args...)
+	cmd := lab.NSCommand(ctx, goroceBin, c.goroceArgs(port)...)
 	var sout lockedBuffer
 	cmd.Stdout, cmd.Stderr = &sout, &sout
 	if err := cmd.Start(); err != nil {
@@ -345,7 +353,7 @@ func perftestGoroceServer(g *lab.Guest, c perftestCase, port int) perftestRun {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	out, cerr := g.Exec(ctx, fmt.Sprintf("timeout 90 ib_%s -d rxe0 -x 1 -p %d %s %s %s", c.test, port, c.args(), c.toolFlags, lab.HostIP))
+	out, cerr := g.Exec(ctx, c.toolCommand(port)+" "+lab.HostIP)
 	serr := <-waited
 	return perftestRun{goroceOut: sout.String(), goroceErr: serr, toolOut: out, toolErr: cerr}
 }
@@ -388,14 +396,13 @@ func TestPerftestRDMACM(t *testing.T) {
 func perftestRDMACMClient(g *lab.Guest, c perftestCase, port int) perftestRun {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv := execBackground(ctx, g, fmt.Sprintf("timeout 90 ib_%s -d rxe0 -x 1 -p %d %s %s", c.test, port, c.args(), c.toolFlags))
+	srv := execBackground(ctx, g, c.toolCommand(port))
 	select {
 	case s := <-srv:
 		return perftestRun{goroceErr: fmt.Errorf("ib_%s ended before the client started", c.test), toolOut: s.out, toolErr: s.err}
 	case <-time.After(5 * time.Second):
 	}
-	args := append([]string{"perf", c.test, "-x", "1", "-p", strconv.Itoa(port), "-timeout", "90s"}, strings.Fields(c.args()+" "+c.goroceFlags)...)
-	cout, cerr := lab.NSCommand(ctx, goroceBin, append(args, g.IP.String())...).CombinedOutput()
+	cout, cerr := lab.NSCommand(ctx, goroceBin, append(c.goroceArgs(port), g.IP.String())...).CombinedOutput()
 	s := <-srv
 	return perftestRun{goroceOut: string(cout), goroceErr: cerr, toolOut: s.out, toolErr: s.err}
 }
