@@ -222,10 +222,11 @@ func (q *QP) Connect(peer Endpoint, opts *ConnectOptions) error {
 		return fmt.Errorf("%w: connecting to %v: no QPN or address", ErrBadConfig, peer)
 	}
 	if o.MTU == 0 {
-		o.MTU = min(peer.MTU, q.dev.dp.MaxMTU(peer.GID.Addr()))
-		if peer.MTU == 0 {
-			o.MTU = min(MTU1024, q.dev.dp.MaxMTU(peer.GID.Addr()))
+		theirs := peer.MTU
+		if theirs == 0 {
+			theirs = MTU1024 // unknown, as from ibv_rc_pingpong
 		}
+		o.MTU = min(theirs, q.dev.dp.MaxMTU(peer.GID.Addr()))
 	}
 	av := AddressHandle{DGID: peer.GID, HopLimit: 64, TrafficClass: q.tc}
 	err := q.dq.Connect(&qp.ConnectParams{AccessFlags: wireAccess(o.Access), QKey: o.QKey,
