@@ -23,16 +23,16 @@ type completer struct {
 	retrying bool
 
 	// The tail-loss probe (Config.TailProbe): probeAt is when it is due, zero when none is armed;
-	// probeDue asks AppendPacket to send it. probeOut says a probe is out: the latest was a copy of
-	// probeHigh, the last packet sent. Its episode ends when an ACK covers probeHigh or a retry starts;
-	// until then only maxProbes go, each after twice the wait of the one before, and then the local ACK
-	// timeout alone is left (RFC 8985 section 7.3 sends one per episode; a second here costs one more
-	// duplicate and saves the ACK timeout when the first probe is lost). The probe's answer needs no
-	// reading of its own: the ACK or PSN sequence NAK it draws does what any ACK or NAK does.
+	// probeDue asks AppendPacket to send it. probes counts the probes of this episode; while it is not
+	// 0 a probe is out, the latest a copy of probeHigh, the last packet sent. The episode ends when an
+	// ACK covers probeHigh or a retry starts; until then only maxProbes go, each after twice the wait
+	// of the one before, and then the local ACK timeout alone is left (RFC 8985 section 7.3 sends one
+	// per episode; a second here costs one more duplicate and saves the ACK timeout when the first
+	// probe is lost). The probe's answer needs no reading of its own: the ACK or PSN sequence NAK it
+	// draws does what any ACK or NAK does.
 	probeAt   time.Time
 	probeDue  bool
-	probeOut  bool
-	probes    uint8 // sent in this episode
+	probes    uint8
 	probeHigh wire.PSN
 	// why is what started the resend under way: what the packets it sends again give as Tx.Resend.
 	why Resend
@@ -133,8 +133,8 @@ func (c *completer) progress(q *QP, now time.Time) {
 	c.retryLeft = q.attr.RetryCnt
 	c.rnrLeft = q.attr.RNRRetry
 	c.sampleRTT(now)
-	if c.probeOut && c.psn.After(c.probeHigh) {
-		c.probeOut, c.probes = false, 0 // the probe's episode is over: the next tail may have its own
+	if c.probes > 0 && c.psn.After(c.probeHigh) {
+		c.probes = 0 // the probe's episode is over: the next tail may have its own
 	}
 	if c.psn == q.req.psn {
 		c.timer, c.probeAt = time.Time{}, time.Time{}
@@ -271,7 +271,7 @@ func (c *completer) onAcknowledge(q *QP, now time.Time, psn wire.PSN, s wire.Syn
 				c.progress(q, now)
 			}
 			why := ResendNAK
-			if c.probeOut {
+			if c.probes > 0 {
 				q.counters.ProbeRetries++ // most likely the probe's answer: it found a gap
 				why = ResendProbeNAK
 			}
@@ -450,7 +450,7 @@ func (q *QP) rewind() {
 	r, c := &q.req, &q.cmp
 	r.psn = c.psn
 	c.rttOn = false // Karn: an ACK for a resent packet may answer the first copy
-	c.probeOut, c.probes = false, 0
+	c.probes = 0
 	r.next = 0
 	r.noAck = 0
 	r.rdAtomic = 0

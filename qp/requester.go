@@ -146,8 +146,8 @@ func (r *requester) appendProbe(q *QP, now time.Time, dst []byte) ([]byte, Tx, b
 		if err != nil {
 			return dst, Tx{}, false
 		}
-		q.cmp.probeOut, q.cmp.probeHigh = true, psn
 		q.cmp.probes++
+		q.cmp.probeHigh = psn
 		q.cmp.armProbe(q, now) // the next, if the episode allows one
 		return out, Tx{AH: q.attr.AV, DestQPN: q.attr.DestQPN, SrcQPN: q.qpn, PacketLen: len(out) - len(dst), Resend: ResendProbe}, true
 	}
