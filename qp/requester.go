@@ -18,7 +18,6 @@ type requester struct {
 	noAck        int       // packets sent since the last one with AckReq
 	rdAtomic     int       // READs and atomics sent and not yet completed
 	blockedUntil time.Time // the pacer holds the next packet until then
-	ackReq       bool      // the packet build made last asks for an ACK
 }
 
 func (r *requester) reset() {
@@ -93,7 +92,7 @@ func (r *requester) appendPacket(q *QP, now time.Time, dst []byte) ([]byte, Tx, 
 			c.armTimer(q, now)
 		}
 		c.armProbe(q, now)
-		if r.ackReq && !c.rttOn && (fresh || !c.timedOut) {
+		if wire.BTH(out[len(dst):]).AckReq() && !c.rttOn && (fresh || !c.timedOut) {
 			c.rttPSN, c.rttSent, c.rttOn = r.psn.Sub(1), now, true
 		}
 	case w.sent:
@@ -209,7 +208,6 @@ func (r *requester) build(q *QP, w *sendWQE, dst []byte, payload int) ([]byte, e
 		} else {
 			r.noAck++
 		}
-		r.ackReq = f.BTH.AckReq
 	}
 	out, err := wire.AppendHeaders(dst, &f, payload)
 	if err != nil {
