@@ -267,12 +267,7 @@ func goroceStream(ctx context.Context, ch *Child, s Spec, local, remote netip.Ad
 	if err != nil {
 		return res, err
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			ch.cleanup()
-		}
-	}()
+	defer ch.cleanup()
 	if ep.MR == nil || ep.MR.Slot < s.Size {
 		return res, fmt.Errorf("%w: start: no region of %d-byte slots in the reply", ErrChild, s.Size)
 	}
@@ -292,7 +287,6 @@ func goroceStream(ctx context.Context, ch *Child, s Spec, local, remote netip.Ad
 		return res, fmt.Errorf("%s: %w", s.Title, err)
 	}
 	rep, err := ch.stop(ctx)
-	stopped = true
 	if err != nil {
 		return res, err
 	}
@@ -344,12 +338,7 @@ func gorocePingPong(ctx context.Context, ch *Child, s Spec, local, remote netip.
 	if err != nil {
 		return res, err
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			ch.cleanup()
-		}
-	}()
+	defer ch.cleanup()
 	if err := sd.connect(ep.QPs, s.MTU); err != nil {
 		return res, err
 	}
@@ -358,7 +347,6 @@ func gorocePingPong(ctx context.Context, ch *Child, s Spec, local, remote netip.
 		return res, fmt.Errorf("%s: %w", s.Title, err)
 	}
 	rep, err := ch.stop(ctx)
-	stopped = true
 	if err != nil {
 		return res, err
 	}

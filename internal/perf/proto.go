@@ -120,6 +120,7 @@ type Child struct {
 	pid     int
 	broken  error // set once the channel is out of step (a timeout) or gone; later calls fail with it
 	closed  bool
+	running bool // start succeeded and stop has not been called since: cleanup has a measurement to end
 }
 
 // StartChild starts the child and waits for its hello.
@@ -244,6 +245,7 @@ func (c *Child) start(ctx context.Context, s Spec, addr string, peer Endpoint) (
 	if r.Endpoint == nil {
 		return Endpoint{}, fmt.Errorf("%w: start: no endpoint in the reply", ErrChild)
 	}
+	c.running = true
 	return *r.Endpoint, nil
 }
 
@@ -256,6 +258,7 @@ func (c *Child) mark(ctx context.Context) error {
 // stop ends the child's measurement and returns its report. An error the child's side met while
 // running comes back as an error with the report.
 func (c *Child) stop(ctx context.Context) (PeerReport, error) {
+	c.running = false
 	r, err := c.call(ctx, request{Op: opStop}, stopTimeout)
 	if err != nil {
 		return PeerReport{}, err
@@ -270,9 +273,10 @@ func (c *Child) stop(ctx context.Context) (PeerReport, error) {
 }
 
 // cleanup stops the child's measurement after a failure on the parent's side, so that the next one
-// starts from a clean child; it gives up quietly, since the first error is the one to report.
+// starts from a clean child; it gives up quietly, since the first error is the one to report. After
+// stop, or with no measurement started, it does nothing: a run defers it once start has succeeded.
 func (c *Child) cleanup() {
-	if c.broken != nil {
+	if !c.running || c.broken != nil {
 		return
 	}
 	_, _ = c.call(context.Background(), request{Op: opStop}, stopTimeout)

@@ -20,12 +20,7 @@ func tcpStream(ctx context.Context, ch *Child, s Spec, local, remote netip.Addr)
 	if err != nil {
 		return res, err
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			ch.cleanup()
-		}
-	}()
+	defer ch.cleanup()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local.AsSlice()}, Timeout: startTimeout}
 	c, err := d.DialContext(ctx, "tcp", ep.Addr)
 	if err != nil {
@@ -66,7 +61,6 @@ func tcpStream(ctx context.Context, ch *Child, s Spec, local, remote netip.Addr)
 		return res, fmt.Errorf("%s: close: %w", s.Title, err)
 	}
 	rep, err := ch.stop(ctx)
-	stopped = true
 	if err != nil {
 		return res, err
 	}

@@ -79,12 +79,7 @@ func udpStream(ctx context.Context, ch *Child, s Spec, local, remote netip.Addr)
 	if err != nil {
 		return res, err
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			ch.cleanup()
-		}
-	}()
+	defer ch.cleanup()
 	dst, err := netip.ParseAddrPort(ep.Addr)
 	if err != nil {
 		return res, fmt.Errorf("%w: start: address %q: %w", ErrChild, ep.Addr, err)
@@ -167,7 +162,6 @@ func udpStream(ctx context.Context, ch *Child, s Spec, local, remote netip.Addr)
 		}
 	}
 	rep, err := ch.stop(ctx)
-	stopped = true
 	if err != nil {
 		return res, err
 	}
@@ -353,12 +347,7 @@ func udpPingPong(ctx context.Context, ch *Child, s Spec, local, remote netip.Add
 	if err != nil {
 		return res, err
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			ch.cleanup()
-		}
-	}()
+	defer ch.cleanup()
 	dst, err := netip.ParseAddrPort(ep.Addr)
 	if err != nil {
 		return res, fmt.Errorf("%w: start: address %q: %w", ErrChild, ep.Addr, err)
@@ -368,10 +357,8 @@ func udpPingPong(ctx context.Context, ch *Child, s Spec, local, remote netip.Add
 		return res, fmt.Errorf("%s: %w", s.Title, err)
 	}
 	if _, err := ch.stop(ctx); err != nil {
-		stopped = true
 		return res, err
 	}
-	stopped = true
 	rttResult(&res, samples)
 	if lost := s.Pings - len(samples); lost > 0 {
 		res.notef("%d pings sent again after %v", lost, pingResend)
