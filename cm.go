@@ -432,7 +432,7 @@ func (m *cmDevice) listenLocked(space mad.PortSpace, port uint16, backlog int) (
 		}
 		sid := mad.ServiceID(space, p)
 		err := m.eng.Listen(sid, backlog)
-		if err == nil || port != 0 {
+		if err == nil || port != 0 || !errors.Is(err, cm.ErrServiceInUse) {
 			return p, sid, err
 		}
 	}
