@@ -1,0 +1,90 @@
+package goroce
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestPingPongKeepsDeadline plays perftest's send_lat between two devices on UDP loopback (signaled
+// SENDs of 16 inline bytes, each side waiting for the other's SEND before it answers) and checks that
+// the shards do not set their read deadlines every round trip: each set moves a Go runtime timer, and
+// the runtime wakes a second thread for it when none waits in the netpoller. The deadlines a
+// ping-pong needs come once a tail-loss probe timeout (1 ms) at most, about 30 to 50 of them in the
+// 40 ms this takes; the ACK each side holds back for company (AckDelay) leaves with the reply and must
+// not arm one.
+func TestPingPongKeepsDeadline(t *testing.T) {
+	const rounds = 2000
+	p := newPair(t, nil, RC, ConnectOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := make(chan error, 2)
+	var wg sync.WaitGroup
+	loop := func(pd *PD, q *QP, cq *CQ, first bool) {
+		defer wg.Done()
+		send := &SendWR{Opcode: WRSend, Flags: Signaled | Inline, InlineData: make([]byte, 16)}
+		m, err := pd.AllocMR(16, LocalWrite)
+		if err != nil {
+			errs <- err
+			return
+		}
+		recv := &RecvWR{SGL: []SGE{m.SGE(0, 16)}}
+		for range 4 {
+			if err := q.PostRecv(recv); err != nil {
+				errs <- err
+				return
+			}
+		}
+		if first {
+			if err := q.PostSend(send); err != nil {
+				errs <- err
+				return
+			}
+		}
+		wcs := make([]Completion, 16)
+		for got := 0; got < rounds; {
+			n, err := cq.Wait(ctx, wcs)
+			if err != nil {
+				errs <- fmt.Errorf("after %d rounds: %w", got, err)
+				return
+			}
+			for _, wc := range wcs[:n] {
+				if err := wc.Err(); err != nil {
+					errs <- err
+					return
+				}
+				if wc.Opcode != CompRecv {
+					continue
+				}
+				got++
+				if err := q.PostRecv(recv); err != nil {
+					errs <- err
+					return
+				}
+				if got < rounds || !first {
+					if err := q.PostSend(send); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}
+	}
+	wg.Add(2)
+	go loop(p.pda, p.qa, p.cqa, true)
+	go loop(p.pdb, p.qb, p.cqb, false)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, d := range []*Device{p.a, p.b} {
+		s := d.dp.Stats()
+		t.Logf("%v: %d read deadlines armed, %d reads ended by one, %d GSO writes, for %d round trips", d.dp.LocalAddr(), s.DeadlineArms, s.DeadlineWakes, s.TxGSO, rounds)
+		if s.DeadlineArms > rounds/10 {
+			t.Errorf("%v: %d read deadlines armed for %d round trips", d.dp.LocalAddr(), s.DeadlineArms, rounds)
+		}
+	}
+}
