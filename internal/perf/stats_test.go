@@ -88,3 +88,28 @@ func TestPercentile(t *testing.T) {
 		t.Errorf("no samples: %v", got)
 	}
 }
+
+func TestGoal(t *testing.T) {
+	for _, c := range []struct {
+		g    Goal
+		v    float64
+		met  bool
+		text string
+	}{
+		{Goal{Min: 0.7}, 0.54, false, "at least 0.70"},
+		{Goal{Min: 0.7}, 0.7, true, "at least 0.70"},
+		{Goal{Max: 1.25}, 1.45, false, "at most 1.25"},
+		{Goal{Max: 1.25}, 1.1, true, "at most 1.25"},
+		{Goal{Min: 0.85, Max: 1.15}, 0.87, true, "0.85 to 1.15"},
+		{Goal{Min: 0.85, Max: 1.15}, 1.18, false, "0.85 to 1.15"},
+		{Goal{Max: 2}, math.NaN(), false, "at most 2.00"},
+		{Goal{}, 3, true, ""},
+	} {
+		if got := c.g.Met(c.v); got != c.met {
+			t.Errorf("%+v.Met(%v) = %v, want %v", c.g, c.v, got, c.met)
+		}
+		if got := c.g.String(); got != c.text {
+			t.Errorf("%+v.String() = %q, want %q", c.g, got, c.text)
+		}
+	}
+}
