@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -54,7 +55,8 @@ func perfLoopback(args []string) error {
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "traffic before each timed interval")
 	fs.IntVar(&cfg.Msg, "msg", cfg.Msg, "goroce WRITE, READ and SEND message `bytes`")
 	fs.IntVar(&cfg.MTU, "mtu", cfg.MTU, "goroce path MTU of the streams, and the payload of a raw UDP datagram (which has 16 bytes more: BTH and ICRC)")
-	fs.IntVar(&cfg.QPs, "qps", cfg.QPs, "queue pairs of the multi-QP goroce runs, each with its CQ and goroutine (1: no multi-QP runs)")
+	qps := fs.String("qps", joinInts(cfg.QPs), "comma-separated `counts` of queue pairs of the multi-QP goroce runs, besides 1, each QP with its CQ\n"+
+		"and goroutine (1: no multi-QP runs)")
 	fs.IntVar(&cfg.Depth, "depth", cfg.Depth, "goroce work requests outstanding per QP")
 	fs.IntVar(&cfg.CQMod, "cq-mod", cfg.CQMod, "goroce: one work request in `n` asks for a completion")
 	fs.IntVar(&cfg.TCPWrite, "tcp-write", cfg.TCPWrite, "`bytes` of each TCP write")
@@ -98,6 +100,16 @@ func perfLoopback(args []string) error {
 	if *only != "" {
 		for _, g := range strings.Split(*only, ",") {
 			cfg.Only = append(cfg.Only, strings.TrimSpace(g))
+		}
+	}
+	cfg.QPs = nil
+	for _, f := range strings.Split(*qps, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return fmt.Errorf("-qps %q: want comma-separated counts, such as 2,4", *qps)
+		}
+		if n > 1 {
+			cfg.QPs = append(cfg.QPs, n)
 		}
 	}
 	var err error
@@ -383,4 +395,13 @@ func retransString(rep *perf.Report, s perf.Spec) string {
 		n += o.Result.Retransmissions
 	}
 	return fmt.Sprint(n)
+}
+
+// joinInts writes ns comma-separated, as -qps takes them.
+func joinInts(ns []int) string {
+	fs := make([]string, len(ns))
+	for i, n := range ns {
+		fs[i] = strconv.Itoa(n)
+	}
+	return strings.Join(fs, ",")
 }

@@ -45,7 +45,7 @@ func testConfig() Config {
 	c.Runs = 2
 	c.Duration = 50 * time.Millisecond
 	c.Warmup = 20 * time.Millisecond
-	c.QPs = 2
+	c.QPs = []int{2}
 	c.Pings = 20
 	c.IdleQPs = 10
 	c.Base = testBase
@@ -334,8 +334,8 @@ func TestConfig(t *testing.T) {
 		return out
 	}
 	c := DefaultConfig()
-	want := []string{"write-1-gso", "write-1-dgram", "write-4-gso", "write-4-dgram", "read-1", "read-4", "send-1", "send-4",
-		"tcp", "udp", "udp-gso", "pingpong", "udp-pingpong", "local-write", "local-udp", "local-pingpong", "local-udp-pingpong"}
+	want := []string{"write-1-gso", "write-1-dgram", "write-2-gso", "write-2-dgram", "write-4-gso", "write-4-dgram",
+		"read-1", "read-2", "read-4", "send-1", "send-2", "send-4", "tcp", "udp", "udp-gso", "pingpong", "udp-pingpong", "local-write", "local-udp", "local-pingpong", "local-udp-pingpong"}
 	if got := ids(c); !slices.Equal(got, want) {
 		t.Errorf("default specs %v, want %v", got, want)
 	}
@@ -343,7 +343,7 @@ func TestConfig(t *testing.T) {
 	if got := ids(c); !slices.Equal(got, []string{"udp", "udp-gso", "local-udp"}) {
 		t.Errorf("-only udp: %v", got)
 	}
-	c.Only, c.Procs, c.QPs = []string{GroupWrite}, ProcsTwo, 1
+	c.Only, c.Procs, c.QPs = []string{GroupWrite}, ProcsTwo, nil
 	if got := ids(c); !slices.Equal(got, []string{"write-1-gso", "write-1-dgram"}) {
 		t.Errorf("-only write -procs 2 -qps 1: %v", got)
 	}
