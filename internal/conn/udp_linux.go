@@ -48,14 +48,6 @@ type UDPConn struct {
 	closed    atomic.Bool
 	stats     counters
 
-	// Outside the netpoller (wait_linux.go): fd is the socket and efd the eventfd that wakes a
-	// waiting reader, both -1 while udp and raw serve.
-	fd, efd  int
-	epfd     int // the epoll set of fd and efd
-	revents  [2]unix.EpollEvent
-	deadline atomic.Int64 // the read deadline, in monoNow's nanoseconds; 0: none
-	waiting  atomic.Bool  // a reader is in ppoll, or about to be
-
 	rmu    sync.Mutex // guards the fields below, the receive side
 	rhdr   []unix.Mmsghdr
 	riov   []unix.Iovec
@@ -67,8 +59,6 @@ type UDPConn struct {
 	rfn    func(fd uintptr) bool
 	pfn    func(fd uintptr) // PollBatch's call: recvmmsg, rempty set if nothing was queued
 	rempty bool
-	rpoll  [2]unix.PollFd // the socket and the eventfd, for ppoll
-	rts    unix.Timespec
 
 	wmu   sync.Mutex // guards the fields below, the send side
 	whdr  []unix.Mmsghdr
@@ -79,7 +69,6 @@ type UDPConn struct {
 	wgot  int
 	werr  unix.Errno
 	wfn   func(fd uintptr) bool
-	wpoll [1]unix.PollFd
 }
 
 var _ Conn = (*UDPConn)(nil)
@@ -162,7 +151,7 @@ func listenGroup(addr netip.AddrPort, n int, opts Options) ([]Conn, error) {
 	}
 	c0 := conns[0].(*UDPConn)
 	var serr error
-	if err := c0.control(func(fd uintptr) { serr = attachSteering(int(fd), n) }); err != nil {
+	if err := c0.raw.Control(func(fd uintptr) { serr = attachSteering(int(fd), n) }); err != nil {
 		serr = err
 	}
 	if serr != nil {
@@ -236,9 +225,6 @@ func listenUDP(addr netip.AddrPort, opts Options, reusePort bool) (*UDPConn, err
 		v6:        v6,
 		batch:     opts.batchSize(),
 		alwaysTOS: opts.AlwaysTOS,
-		fd:        -1,
-		efd:       -1,
-		epfd:      -1,
 	}
 	var serr error
 	if err := raw.Control(func(fd uintptr) { serr = c.configure(int(fd), opts) }); err != nil {
@@ -249,12 +235,6 @@ func listenUDP(addr netip.AddrPort, opts Options, reusePort bool) (*UDPConn, err
 		return nil, fmt.Errorf("conn: listen %v: %w", addr, serr)
 	}
 	c.alloc()
-	if selfWait {
-		if err := c.detach(); err != nil {
-			udp.Close()
-			return nil, fmt.Errorf("conn: listen %v: %w", addr, err)
-		}
-	}
 	return c, nil
 }
 
@@ -354,13 +334,7 @@ func (c *UDPConn) Offload() Offload {
 }
 
 // SetReadDeadline sets the deadline of ReadBatch; see Conn.
-func (c *UDPConn) SetReadDeadline(t time.Time) error {
-	if c.fd >= 0 {
-		c.setDeadline(t)
-		return nil
-	}
-	return c.udp.SetReadDeadline(t)
-}
+func (c *UDPConn) SetReadDeadline(t time.Time) error { return c.udp.SetReadDeadline(t) }
 
 // recvmmsg and sendmmsg make their system calls with RawSyscall6, which does not tell the Go scheduler
 // that the thread is entering the kernel. Both pass MSG_DONTWAIT, so neither ever blocks: waiting is
@@ -457,14 +431,11 @@ func (c *UDPConn) readBatch(msgs []Message, block bool) (int, error) {
 		c.rn = n
 		var err error
 		c.rempty = false
-		switch {
-		case block && c.fd >= 0:
-			err = c.waitRead()
-		case block:
+		if block {
 			err = c.raw.Read(c.rfn)
-		default:
+		} else {
 			// Control runs the call on the descriptor without the poller, so no deadline stops it.
-			err = c.control(c.pfn)
+			err = c.raw.Control(c.pfn)
 		}
 		for i := range n {
 			c.riov[i].Base = nil // do not keep the caller's buffers reachable
@@ -593,12 +564,7 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 			continue
 		}
 		c.wn = k
-		var err error
-		if c.fd >= 0 {
-			err = c.waitWrite()
-		} else {
-			err = c.raw.Write(c.wfn)
-		}
+		err := c.raw.Write(c.wfn)
 		for i := range k {
 			c.wiov[i].Base = nil
 		}
@@ -746,12 +712,4 @@ func (c *UDPConn) dropCounter(e unix.Errno) *atomic.Uint64 {
 		return &c.stats.dropBadAddr
 	}
 	return nil
-}
-
-// closeSocket closes the socket once Close has set closed.
-func (c *UDPConn) closeSocket() error {
-	if c.fd >= 0 {
-		return c.closeSelf()
-	}
-	return c.udp.Close()
 }

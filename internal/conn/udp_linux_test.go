@@ -5,13 +5,8 @@ package conn
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
-	"os"
 	"runtime"
-	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -257,7 +252,7 @@ func TestUDPOptions(t *testing.T) {
 		}
 		var v int
 		var gerr error
-		if err := c.control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), level, name) }); err != nil || gerr != nil {
+		if err := c.raw.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), level, name) }); err != nil || gerr != nil {
 			t.Fatal(err, gerr)
 		}
 		if v != unix.IP_PMTUDISC_DO { // IPV6_PMTUDISC_DO has the same value
@@ -316,7 +311,7 @@ func TestGSORefusedByKernel(t *testing.T) {
 	if a.Offload().GSO == 0 {
 		t.Skip("no UDP GSO in this kernel")
 	}
-	if err := a.control(func(fd uintptr) {
+	if err := a.raw.Control(func(fd uintptr) {
 		if err := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_NO_CHECK, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -366,93 +361,5 @@ func TestZeroChecksumIPv6(t *testing.T) {
 	m := readN(t, c, 1, 2048)[0]
 	if string(m.Buf[:m.N]) != string(want) {
 		t.Fatalf("got %x", m.Buf[:m.N])
-	}
-}
-
-// TestOutsideNetpoller checks what wait_linux.go is for: a UDPConn's socket is in no epoll set but
-// its own, so datagrams for it wake no thread of the runtime's netpoller. It reads the targets of
-// every epoll descriptor of the process from /proc/self/fdinfo.
-func TestOutsideNetpoller(t *testing.T) {
-	if !selfWait {
-		t.Skip("GOROCE_NETPOLL=1: sockets stay in the netpoller")
-	}
-	c, err := ListenUDP(loop4, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetReadDeadline(time.Unix(1, 0))
-	if _, err := c.ReadBatch(newMessages(1, 64)); !errors.Is(err, ErrDeadline) { // makes the conn's epoll set
-		t.Fatalf("ReadBatch past its deadline: %v", err)
-	}
-	// A socket in the netpoller, so that the runtime's epoll set exists and holds something.
-	other, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	inode := func(fd int) string { // the socket's inode, as fdinfo writes it (hex)
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			t.Fatal(err)
-		}
-		return strconv.FormatUint(st.Ino, 16)
-	}
-	sock, event := inode(c.fd), inode(c.efd)
-	sets := 0
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skip(err)
-	}
-	for _, e := range fds {
-		if link, _ := os.Readlink("/proc/self/fd/" + e.Name()); link != "anon_inode:[eventpoll]" {
-			continue
-		}
-		info, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
-		if err != nil {
-			continue
-		}
-		var targets []string // the inodes the set watches: "tfd: 5 events: 19 data: 5 pos:0 ino:6e4 sdev:9"
-		for _, line := range strings.Split(string(info), "\n") {
-			if !strings.HasPrefix(line, "tfd:") {
-				continue
-			}
-			for _, f := range strings.Fields(line) {
-				if ino, ok := strings.CutPrefix(f, "ino:"); ok {
-					targets = append(targets, ino)
-				}
-			}
-		}
-		sets++
-		if e.Name() == strconv.Itoa(c.epfd) {
-			if !slices.Contains(targets, sock) || !slices.Contains(targets, event) {
-				t.Errorf("the conn's own epoll set %s watches inodes %v, want the socket's %s and the eventfd's %s", e.Name(), targets, sock, event)
-			}
-			continue
-		}
-		if slices.Contains(targets, sock) {
-			t.Errorf("epoll set %s (the runtime's) watches the socket (inode %s): %v", e.Name(), sock, targets)
-		}
-	}
-	if sets < 2 {
-		t.Errorf("found %d epoll sets, want the runtime's and the conn's", sets)
-	}
-}
-
-// TestNetpollMode runs the socket tests with sockets left in Go's netpoller, as GOROCE_NETPOLL=1
-// leaves them.
-func TestNetpollMode(t *testing.T) {
-	saved := selfWait
-	selfWait = false
-	defer func() { selfWait = saved }()
-	for _, tc := range []struct {
-		name string
-		f    func(*testing.T)
-	}{
-		{"RoundTrip", TestUDPRoundTrip}, {"FullBatch", TestUDPFullBatch}, {"ReadDeadline", TestReadDeadline},
-		{"CloseUnblocksRead", TestUDPCloseUnblocksRead}, {"Options", TestUDPOptions}, {"ListenShards", TestListenShards},
-		{"PollBatch", TestPollBatch}, {"GSOToGRO", TestGSOToGRO}, {"GSORefusedByKernel", TestGSORefusedByKernel},
-	} {
-		t.Run(tc.name, tc.f)
 	}
 }

@@ -179,6 +179,12 @@ func (s *shard) background() {
 				s.drive.Unlock()
 				return
 			}
+			// A completion woke a goroutine parked on a CQ: let it run before the next read. In a
+			// request-reply exchange it posts its reply now, which carries the ACK the engine holds
+			// back (AckDelay).
+			if d.woke.Swap(false) {
+				runtime.Gosched()
+			}
 		}
 		s.bgDriving.Store(false)
 		s.drive.Unlock()
@@ -349,14 +355,6 @@ func (s *shard) step() error {
 	s.inStep.Store(false)
 	if c := s.waitCQ; c != nil && c.ready(s.waitSolicited) {
 		return nil
-	}
-	// A completion woke a goroutine parked on a CQ: let it run before the read. In a request-reply
-	// exchange it posts its reply now, which carries the ACK the engine holds back (AckDelay). And
-	// the read may sleep in a system call (conn's UDPConn waits outside the netpoller), whose thread
-	// keeps its P, and the goroutines queued on it, until sysmon takes it back a tick (20 us to 10
-	// ms) later.
-	if d.woke.Swap(false) {
-		runtime.Gosched()
 	}
 	n, err := s.conn.ReadBatch(s.rx.msgs)
 	switch {
