@@ -19,5 +19,5 @@ func (c *UDPConn) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	return c.udp.Close()
+	return c.closeSocket()
 }

@@ -231,6 +231,19 @@ func TestUDPAllocs(t *testing.T) {
 		if allocs := testing.AllocsPerRun(200, roundTrip); allocs != 0 {
 			t.Errorf("allocations per write+read of %d datagrams = %v, want 0", batch, allocs)
 		}
+		// A read a deadline ends, as the datapath's kicks end one: through a net.UDPConn's RawConn
+		// each cost a *net.OpError.
+		kicked := func() {
+			b.SetReadDeadline(time.Unix(1, 0))
+			if _, err := b.ReadBatch(in); !errors.Is(err, ErrDeadline) {
+				t.Fatalf("ReadBatch past its deadline = %v", err)
+			}
+		}
+		kicked()
+		if allocs := testing.AllocsPerRun(200, kicked); allocs != 0 {
+			t.Errorf("allocations per read ended by a deadline = %v, want 0", allocs)
+		}
+		b.SetReadDeadline(time.Time{})
 	})
 }
 

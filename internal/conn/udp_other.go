@@ -163,3 +163,6 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 	}
 	return len(msgs), nil
 }
+
+// closeSocket closes the socket once Close has set closed.
+func (c *UDPConn) closeSocket() error { return c.udp.Close() }
