@@ -15,6 +15,7 @@ import (
 
 	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/internal/conn"
+	"github.com/goroce/goroce/internal/testaddr"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
 )
@@ -27,13 +28,8 @@ type testPair struct {
 	qa, qb   *QP
 }
 
-// loopbackAddrs returns two distinct addresses in 127.0.0.0/8 for one test, so tests that bind port
-// 4791 on loopback do not collide.
-func loopbackAddrs() (netip.Addr, netip.Addr) {
-	x := rand.Uint32N(1 << 14)
-	return netip.AddrFrom4([4]byte{127, byte(1 + x>>7), byte(x & 0x7F), 1}),
-		netip.AddrFrom4([4]byte{127, byte(1 + x>>7), byte(x & 0x7F), 2})
-}
+// loopbackAddrs returns two loopback addresses for one test's devices: see testaddr.
+func loopbackAddrs() (netip.Addr, netip.Addr) { return testaddr.Pair() }
 
 // newDevices opens two devices, over the in-memory network if mem is set, else over UDP loopback.
 func newDevices(t testing.TB, mem *conn.MemNetwork, wrap func(conn.Conn) conn.Conn) (*Device, *Device) {

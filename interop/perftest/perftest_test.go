@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -15,15 +14,11 @@ import (
 	"time"
 
 	"github.com/goroce/goroce"
+	"github.com/goroce/goroce/internal/testaddr"
 )
 
-// loopbackAddrs returns two distinct addresses in 127.0.0.0/8 for one test, so that tests whose
-// devices bind port 4791 on loopback do not collide (as the root package's tests pick theirs).
-func loopbackAddrs() (netip.Addr, netip.Addr) {
-	x := rand.Uint32N(1 << 14)
-	return netip.AddrFrom4([4]byte{127, byte(1 + x>>7), byte(x & 0x7F), 1}),
-		netip.AddrFrom4([4]byte{127, byte(1 + x>>7), byte(x & 0x7F), 2})
-}
+// loopbackAddrs returns two loopback addresses for one test's devices: see testaddr.
+func loopbackAddrs() (netip.Addr, netip.Addr) { return testaddr.Pair() }
 
 // lockedBuffer is a bytes.Buffer one goroutine writes while another reads.
 type lockedBuffer struct {
