@@ -467,7 +467,7 @@ type CMStats struct {
 	DropUnknownConn      uint64 // a message for a connection the CM does not hold, with no answer due
 	DropState            uint64 // a message the connection's state does not take
 	DropQPN              uint64 // a DREQ naming another QP than the connection's
-	DropReservedQPN      uint64 // a REQ naming QP0 or QP1 as the QP to connect
+	DropReservedQPN      uint64 // a REQ or REP naming QP0 or QP1 as the QP to connect
 	DropBacklog          uint64 // a REQ beyond its listener's backlog (the peer resends it)
 	DropConnTable        uint64 // a REQ with the most connections held at once (256)
 	DropTxQueueFull      uint64 // an outgoing MAD with the queue full

@@ -113,6 +113,12 @@ func (e *Engine) Connect(now time.Time, p *ConnectParams) (ConnID, error) {
 // cm_dup_rep_handler).
 func (e *Engine) rcvREP(now time.Time, from netip.Addr, m mad.MAD) {
 	r := m.REP()
+	if r.LocalQPN() <= reservedQPNs {
+		// As for a REQ (rcvREQ): QP0 and QP1 are no QPs to connect to, and chapter 12 has no reject
+		// reason for naming one. The REQ's retries go on; a proper REP may still come.
+		e.drop(&e.c.DropReservedQPN)
+		return
+	}
 	c := e.conns[ConnID(r.RemoteCommID())]
 	if c == nil || !c.active || c.sidr {
 		// A REP for a REQ this engine never sent or has forgotten: tell the passive side, which would

@@ -360,3 +360,43 @@ func TestREQReservedQPN(t *testing.T) {
 		t.Errorf("QPN 2: %+v", ev)
 	}
 }
+
+// TestREPReservedQPN: a REP naming QP0 or QP1 as the passive side's QP is dropped and counted, and the
+// connection waits on in REQ sent; a REP with an ordinary QPN then reaches the owner.
+func TestREPReservedQPN(t *testing.T) {
+	e := NewEngine(Config{LocalGID: gidA})
+	id, err := e.Connect(t0, connectParams(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, _, ok := e.PollMAD(nil); !ok {
+			break
+		}
+	}
+	rep := func(qpn wire.QPN) []byte {
+		f := &mad.REPFields{LocalCommID: 0xBBBB, RemoteCommID: uint32(id), LocalCAGUID: 0xB0B0, LocalQPN: qpn,
+			StartingPSN: psnB, ResponderResources: 1, InitiatorDepth: 1, TargetACKDelay: 15, RNRRetryCount: 7}
+		b, err := mad.AppendCM(nil, 0x99, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, qpn := range []wire.QPN{0, 1} {
+		e.HandleMAD(t0, gidB, rep(qpn))
+		if ev, ok := e.PollEvent(); ok {
+			t.Errorf("QPN %d: reported %+v", qpn, ev)
+		}
+		if _, _, ok := e.PollMAD(nil); ok {
+			t.Errorf("QPN %d: answered", qpn)
+		}
+	}
+	if c := e.Counters(); c.DropReservedQPN != 2 || e.Len() != 1 {
+		t.Errorf("reserved QPN drops %d, connections %d; want 2, 1", c.DropReservedQPN, e.Len())
+	}
+	e.HandleMAD(t0, gidB, rep(qpnB))
+	if ev, ok := e.PollEvent(); !ok || ev.Kind != EventReply || ev.QP.DestQPN != qpnB {
+		t.Errorf("QPN %v: %+v", qpnB, ev)
+	}
+}

@@ -76,7 +76,7 @@ type Counters struct {
 	DropUnknownConn      uint64 // a message for a connection the engine does not hold, with no answer due
 	DropState            uint64 // a message the connection's state does not take
 	DropQPN              uint64 // a DREQ naming another QP than the connection's
-	DropReservedQPN      uint64 // a REQ naming QP0 or QP1 (the SMI's and GSI's) as the QP to connect
+	DropReservedQPN      uint64 // a REQ or REP naming QP0 or QP1 (the SMI's and GSI's) as the QP to connect
 	DropBacklog          uint64 // a REQ or SIDR_REQ beyond its listener's backlog (retried by the peer)
 	DropConnTable        uint64 // a REQ or SIDR_REQ with Config.MaxConns connections held
 	DropTxQueueFull      uint64 // an outgoing MAD with the queue full (the owner did not drain it)
