@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -249,43 +248,8 @@ func TestWaitersOnOneShard(t *testing.T) {
 		// b echoes, a pings; each side waits on its own CQ, all on the one shard of its device.
 		echo := func(q *QP, cq *CQ, first bool) {
 			defer wg.Done()
-			wcs := make([]Completion, 4)
-			for i := range 4 {
-				if err := q.PostRecv(&RecvWR{WRID: uint64(i)}); err != nil {
-					errs <- err
-					return
-				}
-			}
-			if first {
-				if err := q.PostSend(&SendWR{Opcode: WRSend}); err != nil {
-					errs <- err
-					return
-				}
-			}
-			for got := 0; got < rounds; {
-				n, err := cq.Wait(ctx, wcs)
-				if err != nil {
-					errs <- fmt.Errorf("after %d rounds: %w", got, err)
-					return
-				}
-				for _, wc := range wcs[:n] {
-					if wc.Status != StatusSuccess {
-						errs <- errors.New(wc.Status.String())
-						return
-					}
-					if wc.Opcode != CompRecv {
-						continue
-					}
-					got++
-					if err := q.PostRecv(&RecvWR{}); err != nil {
-						errs <- err
-						return
-					}
-					if err := q.PostSend(&SendWR{Opcode: WRSend}); err != nil {
-						errs <- err
-						return
-					}
-				}
+			if err := pingPong(ctx, q, cq, &SendWR{Opcode: WRSend}, &RecvWR{}, rounds, first); err != nil {
+				errs <- err
 			}
 		}
 		wg.Add(2)

@@ -13,8 +13,8 @@ import (
 // the shards do not set their read deadlines every round trip: each set moves a Go runtime timer, and
 // the runtime wakes a second thread for it when none waits in the netpoller. The deadlines a
 // ping-pong needs come once a tail-loss probe timeout (1 ms) at most, about 30 to 50 of them in the
-// 40 ms this takes without the race detector, whatever the round trip; the ACK each side holds back for company (AckDelay) leaves with the reply and must
-// not arm one.
+// 40 ms this takes without the race detector, whatever the round trip; the ACK each side holds back
+// for company (AckDelay) leaves with the reply and must not arm one.
 func TestPingPongKeepsDeadline(t *testing.T) {
 	const rounds = 2000
 	p := newPair(t, nil, RC, ConnectOptions{})
@@ -24,52 +24,14 @@ func TestPingPongKeepsDeadline(t *testing.T) {
 	var wg sync.WaitGroup
 	loop := func(pd *PD, q *QP, cq *CQ, first bool) {
 		defer wg.Done()
-		send := &SendWR{Opcode: WRSend, Flags: Signaled | Inline, InlineData: make([]byte, 16)}
 		m, err := pd.AllocMR(16, LocalWrite)
 		if err != nil {
 			errs <- err
 			return
 		}
-		recv := &RecvWR{SGL: []SGE{m.SGE(0, 16)}}
-		for range 4 {
-			if err := q.PostRecv(recv); err != nil {
-				errs <- err
-				return
-			}
-		}
-		if first {
-			if err := q.PostSend(send); err != nil {
-				errs <- err
-				return
-			}
-		}
-		wcs := make([]Completion, 16)
-		for got := 0; got < rounds; {
-			n, err := cq.Wait(ctx, wcs)
-			if err != nil {
-				errs <- fmt.Errorf("after %d rounds: %w", got, err)
-				return
-			}
-			for _, wc := range wcs[:n] {
-				if err := wc.Err(); err != nil {
-					errs <- err
-					return
-				}
-				if wc.Opcode != CompRecv {
-					continue
-				}
-				got++
-				if err := q.PostRecv(recv); err != nil {
-					errs <- err
-					return
-				}
-				if got < rounds || !first {
-					if err := q.PostSend(send); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}
+		send := &SendWR{Opcode: WRSend, Flags: Signaled | Inline, InlineData: make([]byte, 16)}
+		if err := pingPong(ctx, q, cq, send, &RecvWR{SGL: []SGE{m.SGE(0, 16)}}, rounds, first); err != nil {
+			errs <- err
 		}
 	}
 	start := time.Now()
@@ -92,4 +54,45 @@ func TestPingPongKeepsDeadline(t *testing.T) {
 			t.Errorf("%v: %d read deadlines armed for %d round trips in %v (at most %d)", d.dp.LocalAddr(), s.DeadlineArms, rounds, elapsed, limit)
 		}
 	}
+}
+
+// pingPong plays one side of a SEND ping-pong on q, waiting on cq: it keeps four receives posted, and
+// answers each SEND that arrives with send, rounds times. The first side sends first, and does not
+// answer the last reply.
+func pingPong(ctx context.Context, q *QP, cq *CQ, send *SendWR, recv *RecvWR, rounds int, first bool) error {
+	for range 4 {
+		if err := q.PostRecv(recv); err != nil {
+			return err
+		}
+	}
+	if first {
+		if err := q.PostSend(send); err != nil {
+			return err
+		}
+	}
+	wcs := make([]Completion, 16)
+	for got := 0; got < rounds; {
+		n, err := cq.Wait(ctx, wcs)
+		if err != nil {
+			return fmt.Errorf("after %d rounds: %w", got, err)
+		}
+		for _, wc := range wcs[:n] {
+			if err := wc.Err(); err != nil {
+				return err
+			}
+			if wc.Opcode != CompRecv {
+				continue
+			}
+			got++
+			if err := q.PostRecv(recv); err != nil {
+				return err
+			}
+			if got < rounds || !first {
+				if err := q.PostSend(send); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
