@@ -372,10 +372,9 @@ func (m *cmDevice) request(now time.Time, ev cm.Event) {
 		local:       netip.AddrPortFrom(m.d.local.Addr(), l.port),
 		remote:      netip.AddrPortFrom(ev.Peer, h.SrcPort()),
 		privateData: ev.PrivateData[mad.CMAHeaderLen:]}
-	select {
-	case l.reqs <- r:
+	if l.q.put(r) {
 		m.reqs[ev.ID] = r
-	default:
+	} else {
 		_ = m.eng.Reject(now, ev.ID, mad.RejNoResources, nil)
 	}
 }
@@ -867,13 +866,11 @@ func cmError(err error) error {
 // Listener takes connection requests for an rdma_cm port (RDMA_PS_TCP): an rdma_cm_id after
 // rdma_listen. Its methods are safe for concurrent use.
 type Listener struct {
-	m      *cmDevice
-	port   uint16
-	sid    uint64
-	opts   CMOptions
-	reqs   chan *ConnRequest
-	closed chan struct{}
-	once   sync.Once
+	m    *cmDevice
+	port uint16
+	sid  uint64
+	opts CMOptions
+	q    requestQueue[*ConnRequest]
 }
 
 // Listen starts taking connection requests for port (0 picks a free one; Addr says which), as
@@ -902,7 +899,8 @@ func (d *Device) Listen(port uint16, opts *CMOptions) (*Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("goroce: listening on rdma_cm port %d: %w", port, syscall.EADDRINUSE)
 	}
-	l := &Listener{m: m, port: port, sid: sid, opts: o, reqs: make(chan *ConnRequest, o.Backlog), closed: make(chan struct{})}
+	l := &Listener{m: m, port: port, sid: sid, opts: o}
+	l.q.init(o.Backlog)
 	m.listeners[sid] = l
 	return l, nil
 }
@@ -913,16 +911,7 @@ func (l *Listener) Addr() netip.AddrPort { return netip.AddrPortFrom(l.m.d.local
 // Request waits for the next connection request, ctx's end or the listener's Close
 // (RDMA_CM_EVENT_CONNECT_REQUEST). The program answers it with Accept or Reject within a minute,
 // after which the CM rejects it for the program (reason timeout).
-func (l *Listener) Request(ctx context.Context) (*ConnRequest, error) {
-	select {
-	case r := <-l.reqs:
-		return r, nil
-	case <-l.closed:
-		return nil, ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
+func (l *Listener) Request(ctx context.Context) (*ConnRequest, error) { return l.q.next(ctx) }
 
 // Accept waits for the next connection request and accepts it with the listener's options, as a TCP
 // listener's Accept does: it returns the connection once established (the peer's RTU, or its first
@@ -954,20 +943,69 @@ func (l *Listener) Close() error {
 }
 
 func (l *Listener) closeLocked() {
-	l.once.Do(func() {
-		m := l.m
+	m := l.m
+	l.q.close(func() {
 		m.eng.Unlisten(l.sid)
 		delete(m.listeners, l.sid)
-		close(l.closed)
-		now := m.d.clock.Now()
-		for drained := false; !drained; {
+	}, func(r *ConnRequest) {
+		_ = m.eng.Reject(m.d.clock.Now(), r.id, mad.RejConsumerReject, nil)
+	})
+}
+
+// requestQueue holds a listener's requests until the program takes them (Request), and refuses those
+// it did not take when the listener closes. A request is claimed for an answer with take, under
+// cmDevice.mu, so that Close, the program and the CM's timeout answer each at most once.
+type requestQueue[R interface{ take() bool }] struct {
+	reqs   chan R // nil: the listener answers every request itself
+	closed chan struct{}
+	once   sync.Once
+}
+
+// init makes q hold up to backlog requests; 0 makes it hold none.
+func (q *requestQueue[R]) init(backlog int) {
+	q.closed = make(chan struct{})
+	if backlog > 0 {
+		q.reqs = make(chan R, backlog)
+	}
+}
+
+// put queues r, or reports that the backlog is full.
+func (q *requestQueue[R]) put(r R) bool {
+	select {
+	case q.reqs <- r:
+		return true
+	default:
+		return false
+	}
+}
+
+// next waits for the next request, ctx's end or close.
+func (q *requestQueue[R]) next(ctx context.Context) (R, error) {
+	var none R
+	select {
+	case r := <-q.reqs:
+		return r, nil
+	case <-q.closed:
+		return none, ErrClosed
+	case <-ctx.Done():
+		return none, ctx.Err()
+	}
+}
+
+// close, the first time, runs stop, wakes the waiters of next and refuses every request queued and
+// not yet taken. The caller holds cmDevice.mu.
+func (q *requestQueue[R]) close(stop func(), refuse func(R)) {
+	q.once.Do(func() {
+		stop()
+		close(q.closed)
+		for {
 			select {
-			case r := <-l.reqs:
+			case r := <-q.reqs:
 				if r.take() {
-					_ = m.eng.Reject(now, r.id, mad.RejConsumerReject, nil)
+					refuse(r)
 				}
 			default:
-				drained = true
+				return
 			}
 		}
 	})

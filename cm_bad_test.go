@@ -131,8 +131,8 @@ func TestCMREQFloodDevice(t *testing.T) {
 	m.mu.Lock()
 	held, conns := len(m.reqs), m.eng.Len()
 	m.mu.Unlock()
-	if held > backlog || len(l.reqs) > backlog || conns > 256 {
-		t.Fatalf("%d requests held for the listener (%d queued), %d in the engine", held, len(l.reqs), conns)
+	if held > backlog || len(l.q.reqs) > backlog || conns > 256 {
+		t.Fatalf("%d requests held for the listener (%d queued), %d in the engine", held, len(l.q.reqs), conns)
 	}
 	st := d.Stats().CM
 	if st.Received != n || st.Rcvd[0] != n {
@@ -216,7 +216,7 @@ func FuzzCMReceive(f *testing.F) {
 		}
 		m := d.cm
 		m.mu.Lock()
-		held, conns, queued := len(m.reqs), m.eng.Len(), len(l.reqs)
+		held, conns, queued := len(m.reqs), m.eng.Len(), len(l.q.reqs)
 		m.mu.Unlock()
 		st := d.Stats().CM
 		if held > conns || queued > backlog || conns > 256 || st.Received != fed || st.TransitionErrors != 0 || st.BuildErrors != 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"sync"
 	"syscall"
 	"time"
 
@@ -127,14 +126,12 @@ func (d *Device) readyUD(q *QP, qkey QKey) error {
 // and Q_Key: an rdma_cm_id of RDMA_PS_UDP after rdma_listen, whose accepted requests all name the
 // same QP. Its methods are safe for concurrent use.
 type UDListener struct {
-	m      *cmDevice
-	port   uint16
-	sid    uint64
-	qp     *QP
-	opts   UDOptions
-	reqs   chan *UDRequest // ManualAccept only
-	closed chan struct{}
-	once   sync.Once
+	m    *cmDevice
+	port uint16
+	sid  uint64
+	qp   *QP
+	opts UDOptions
+	q    requestQueue[*UDRequest] // holds requests with ManualAccept only
 }
 
 // ListenUD starts answering SIDR requests for port (0 picks a free one; Addr says which) in rdma_cm's
@@ -172,10 +169,12 @@ func (d *Device) ListenUD(port uint16, q *QP, opts *UDOptions) (*UDListener, err
 	if err != nil {
 		return nil, fmt.Errorf("goroce: listening on rdma_cm UDP port %d: %w", port, syscall.EADDRINUSE)
 	}
-	l := &UDListener{m: m, port: port, sid: sid, qp: q, opts: o, closed: make(chan struct{})}
+	l := &UDListener{m: m, port: port, sid: sid, qp: q, opts: o}
+	backlog := 0 // without ManualAccept the listener answers every request itself
 	if o.ManualAccept {
-		l.reqs = make(chan *UDRequest, o.Backlog)
+		backlog = o.Backlog
 	}
+	l.q.init(backlog)
 	m.udListeners[sid] = l
 	return l, nil
 }
@@ -194,17 +193,10 @@ func (l *UDListener) QKey() QKey { return l.opts.QKey }
 // minute, after which the CM refuses it for the program (SIDRReject). Without ManualAccept there is
 // nothing to wait for: Request returns ErrBadState.
 func (l *UDListener) Request(ctx context.Context) (*UDRequest, error) {
-	if l.reqs == nil {
+	if !l.opts.ManualAccept {
 		return nil, fmt.Errorf("%w: the listener accepts every request itself (UDOptions.ManualAccept)", ErrBadState)
 	}
-	select {
-	case r := <-l.reqs:
-		return r, nil
-	case <-l.closed:
-		return nil, ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return l.q.next(ctx)
 }
 
 // Close stops answering: later requests for the port are answered SIDRUnsupported, and those queued
@@ -218,22 +210,12 @@ func (l *UDListener) Close() error {
 }
 
 func (l *UDListener) closeLocked() {
-	l.once.Do(func() {
-		m := l.m
+	m := l.m
+	l.q.close(func() {
 		m.eng.Unlisten(l.sid)
 		delete(m.udListeners, l.sid)
-		close(l.closed)
-		now := m.d.clock.Now()
-		for drained := l.reqs == nil; !drained; {
-			select {
-			case r := <-l.reqs:
-				if r.take() {
-					_ = m.eng.AnswerSIDR(now, r.id, &cm.SIDRAnswer{Status: mad.SIDRReject})
-				}
-			default:
-				drained = true
-			}
-		}
+	}, func(r *UDRequest) {
+		_ = m.eng.AnswerSIDR(m.d.clock.Now(), r.id, &cm.SIDRAnswer{Status: mad.SIDRReject})
 	})
 }
 
@@ -306,17 +288,16 @@ func (m *cmDevice) sidrRequest(now time.Time, ev cm.Event) {
 		_ = m.eng.RejectSIDRBadCMAHeader(now, ev.ID)
 		return
 	}
-	if l.reqs == nil {
+	if !l.opts.ManualAccept {
 		_ = m.eng.AnswerSIDR(now, ev.ID, &cm.SIDRAnswer{Status: mad.SIDRSuccess, QPN: l.qp.qpn, QKey: l.opts.QKey,
 			PrivateData: l.opts.PrivateData})
 		return
 	}
 	r := &UDRequest{m: m, l: l, id: ev.ID, remote: netip.AddrPortFrom(ev.Peer, h.SrcPort()),
 		privateData: ev.PrivateData[mad.CMAHeaderLen:]}
-	select {
-	case l.reqs <- r:
+	if l.q.put(r) {
 		m.udReqs[ev.ID] = r
-	default:
+	} else {
 		_ = m.eng.AnswerSIDR(now, ev.ID, &cm.SIDRAnswer{Status: mad.SIDRReject})
 	}
 }

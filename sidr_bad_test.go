@@ -37,7 +37,7 @@ func TestSIDRBadCMAHeader(t *testing.T) {
 		t.Fatalf("bad headers %d, SIDR_REQs %d, SIDR_REPs %d; want 2, 3, 2", st.BadCMAHeader, st.Rcvd[7], st.Sent[8])
 	}
 	select {
-	case r := <-l.reqs:
+	case r := <-l.q.reqs:
 		if r.RemoteAddr() != netip.AddrPortFrom(badPeer, 40000) || string(r.PrivateData()[:2]) != "ok" {
 			t.Fatalf("request from %v with %q", r.RemoteAddr(), r.PrivateData()[:2])
 		}
@@ -45,8 +45,8 @@ func TestSIDRBadCMAHeader(t *testing.T) {
 	default:
 		t.Fatal("the good request did not reach the listener")
 	}
-	if len(l.reqs) != 0 {
-		t.Fatalf("%d more requests queued", len(l.reqs))
+	if len(l.q.reqs) != 0 {
+		t.Fatalf("%d more requests queued", len(l.q.reqs))
 	}
 	if st := d.Stats().CM; st.Sent[8] != 3 {
 		t.Fatalf("SIDR_REPs %d after Accept; want 3", st.Sent[8])
