@@ -3,6 +3,7 @@ package mr
 import (
 	"crypto/rand"
 	"math/bits"
+	"sync/atomic"
 )
 
 // A published key (lkey or rkey) is a keyed 32-bit permutation of a plain key:
@@ -74,6 +75,49 @@ func (s *speck) decrypt(v uint32) uint32 {
 		x = bits.RotateLeft16((x^s.rk[i])-y, speckAlpha)
 	}
 	return uint32(x)<<16 | uint32(y)
+}
+
+// keyCipher is one key permutation (lkeys or rkeys) with a memo of its recent decryptions.
+type keyCipher struct {
+	speck
+	memo keyMemo
+}
+
+func newKeyCipher(s speck) *keyCipher {
+	c := &keyCipher{speck: s}
+	c.memo.init()
+	return c
+}
+
+// keyMemoSize is the number of entries in a keyMemo: a power of two.
+const keyMemoSize = 256
+
+// keyMemo remembers recent decryptions of one keyCipher. The data path names the same few keys packet
+// after packet (a WRITE stream checks one rkey at the responder and one lkey at the requester for every
+// packet), and the cipher's 22 dependent rounds cost about as much as the rest of the check: with the
+// memo they are paid once per key, not once per packet. It is direct-mapped on the published key's low
+// bits (the cipher spreads them). Each entry holds a published key in its high half and its plain key in
+// its low half, loaded and stored as one word, so a reader sees a whole pair, hit or miss; a wrong plain
+// key can never come out of it.
+type keyMemo [keyMemoSize]atomic.Uint64
+
+// init fills every entry with a published key that cannot be looked up in it: entry i holds key
+// i+1 (mod keyMemoSize), which maps to entry i+1.
+func (m *keyMemo) init() {
+	for i := range m {
+		m[i].Store(uint64((i+1)%keyMemoSize) << 32)
+	}
+}
+
+// decrypt maps a published key back to its plain key, as c.speck.decrypt does.
+func (c *keyCipher) decrypt(key uint32) uint32 {
+	e := &c.memo[key%keyMemoSize]
+	if v := e.Load(); uint32(v>>32) == key {
+		return uint32(v)
+	}
+	p := c.speck.decrypt(key)
+	e.Store(uint64(key)<<32 | uint64(p))
+	return p
 }
 
 // randomBytes fills b from crypto/rand.

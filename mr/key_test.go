@@ -29,6 +29,32 @@ func TestSpeckRoundTrip(t *testing.T) {
 	}
 }
 
+// TestKeyMemo checks that the memo gives what the cipher gives: for keys never seen (the low ones
+// included, which the memo's initial entries sit next to), for a key seen before, and for keys that
+// share a memo entry and evict each other.
+func TestKeyMemo(t *testing.T) {
+	seed := rand.Uint64()
+	rng := rand.New(rand.NewPCG(seed, 0))
+	c := newKeyCipher(newSpeck([4]uint16{uint16(rng.Uint32()), uint16(rng.Uint32()), uint16(rng.Uint32()), uint16(rng.Uint32())}))
+	check := func(key uint32) {
+		t.Helper()
+		if got, want := c.decrypt(key), c.speck.decrypt(key); got != want {
+			t.Fatalf("seed %d: memo decrypt(%#x) = %#x, the cipher gives %#x", seed, key, got, want)
+		}
+	}
+	for key := range uint32(2 * keyMemoSize) {
+		check(key)
+		check(key)
+	}
+	for range 100000 {
+		a := rng.Uint32()
+		b := a ^ rng.Uint32()<<8 // the same entry, another key
+		check(a)
+		check(b)
+		check(a)
+	}
+}
+
 // TestKeysUnrelated checks that the keys of consecutive slots do not share the plain key's structure:
 // no fixed XOR or difference links them, and lkeys differ from rkeys.
 func TestKeysUnrelated(t *testing.T) {

@@ -32,8 +32,8 @@ type chunk struct {
 // pointers and holds that region's mu for reading for the length of one copy or atomic. Lock order is
 // Table.mu, then Region.mu.
 type Table struct {
-	lkeys speck // lkey permutation; immutable
-	rkeys speck // rkey permutation; immutable
+	lkeys *keyCipher // lkey permutation; immutable but for its memo
+	rkeys *keyCipher // rkey permutation; immutable but for its memo
 
 	chunks [numChunks]atomic.Pointer[chunk] // written under mu
 
@@ -57,8 +57,8 @@ func NewTable() *Table {
 // replay bit for bit; a device serving real peers uses NewTable, whose keys nobody can predict.
 func NewTableSeeded(seed [32]byte) *Table {
 	rng := rand.New(rand.NewChaCha8(seed))
-	speckFrom := func() speck {
-		return newSpeck([4]uint16{uint16(rng.Uint32()), uint16(rng.Uint32()), uint16(rng.Uint32()), uint16(rng.Uint32())})
+	speckFrom := func() *keyCipher {
+		return newKeyCipher(newSpeck([4]uint16{uint16(rng.Uint32()), uint16(rng.Uint32()), uint16(rng.Uint32()), uint16(rng.Uint32())}))
 	}
 	t := &Table{lkeys: speckFrom(), rkeys: speckFrom(), rng: rng}
 	return t
