@@ -64,7 +64,7 @@ func BenchmarkAppend(b *testing.B) {
 }
 
 func BenchmarkICRC(b *testing.B) {
-	for _, n := range []int{0, 1024, 4096} {
+	for _, n := range []int{0, 16, 48, 1024, 4096} {
 		b.Run(itoa(n), func(b *testing.B) {
 			ip, udp, pkt, _, _ := benchPacket(b, n)
 			b.ReportAllocs()
