@@ -478,24 +478,25 @@ func (q *QP) PostSend(wrs ...*SendWR) error {
 	if q.dev.closing.Load() {
 		return ErrClosed
 	}
+	now := q.dev.clock.Now()
 	for i, wr := range wrs {
 		var sgl [maxStackSGEs]mr.SGE
 		var ah qp.AddressHandle
 		e := engineSendWR(wr, &sgl, &ah)
 		if err := q.checkSendSGL(&e); err != nil {
 			if i > 0 {
-				q.dq.Flush()
+				q.dq.Flush(now)
 			}
 			return &PostError{Index: i, Err: err}
 		}
-		if err := q.dq.Enqueue(&e); err != nil {
+		if err := q.dq.Enqueue(now, &e); err != nil {
 			if i > 0 {
-				q.dq.Flush()
+				q.dq.Flush(now)
 			}
 			return &PostError{Index: i, Err: q.postError(err)}
 		}
 	}
-	q.dq.Flush()
+	q.dq.Flush(now)
 	return nil
 }
 

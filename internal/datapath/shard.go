@@ -61,6 +61,7 @@ type shard struct {
 	// Owned by the driver.
 	waitCQ        *CQ // the CQ of the waiter that drives, if a waiter does
 	waitSolicited bool
+	lastNow       time.Time // the driver's last clock reading since it took drive; zero before one
 	rx            rxState
 	tx            *txBatch
 	timers        timerHeap
@@ -227,6 +228,7 @@ func (s *shard) tryDrive(cq *CQ, solicited bool, done <-chan struct{}) bool {
 func (s *shard) driveLocked(cq *CQ, solicited bool, done <-chan struct{}) {
 	cq.driving.Store(s)
 	s.waitCQ, s.waitSolicited = cq, solicited
+	s.lastNow = time.Time{}
 	for !cq.ready(solicited) {
 		select {
 		case <-done:
@@ -253,7 +255,7 @@ func (s *shard) letGo() {
 		s.handOver()
 		return
 	}
-	s.lingerUntil.Store(time.Now().Add(d.cfg.Linger).UnixNano())
+	s.lingerUntil.Store(s.realNow().Add(d.cfg.Linger).UnixNano())
 	s.drive.Unlock()
 	// A waiter that announced itself after the check above saw drive held, and parked: it must hear
 	// that the shard is free (it checked drive after announcing, so one of the two sees the other).
@@ -263,6 +265,16 @@ func (s *shard) letGo() {
 	if !s.lingerArmed.Swap(true) {
 		s.lingerTimer.Reset(d.cfg.Linger)
 	}
+}
+
+// realNow returns the time on the real clock for the driver, which holds drive: the reading its last
+// step took (microseconds old: the step has just run, and a linger measured from it is that much
+// shorter), or a fresh one when there is none or the datapath's clock is not the real one.
+func (s *shard) realNow() time.Time {
+	if s.lastNow.IsZero() || !s.d.cfg.RealClock {
+		return time.Now()
+	}
+	return s.lastNow
 }
 
 // handOver passes the free shard on: to a waiter that wants it, or else to the background goroutine.
@@ -323,6 +335,7 @@ func (s *shard) step() error {
 	s.inStep.Store(true)
 	s.collectReady()
 	now := d.clock.Now()
+	s.lastNow = now
 	if s.timerDue(now) {
 		s.drainBeforeTimers(now)
 	}
@@ -370,7 +383,9 @@ func (s *shard) step() error {
 		return nil
 	}
 	s.inStep.Store(true)
-	s.receive(n, d.clock.Now())
+	now = d.clock.Now()
+	s.lastNow = now
+	s.receive(n, now)
 	s.inStep.Store(false)
 	return nil
 }
