@@ -217,9 +217,11 @@ func printPerfReport(w io.Writer, rep *perf.Report) {
 			switch {
 			case s.Kind.TwoProcess() != sec.two:
 			case s.Kind.PingPong():
-				rtt = append(rtt, []string{s.Title, summaryString(rep, s.ID, perf.P50, "%.1f"), summaryString(rep, s.ID, perf.P99, "%.1f"), packetsString(rep, s)})
+				rtt = append(rtt, []string{s.Title, summaryString(rep, s.ID, perf.P50, "%.1f"), summaryString(rep, s.ID, perf.P99, "%.1f"),
+					summaryString(rep, s.ID, perf.CPUPerRTT, "%.1f"), packetsString(rep, s)})
 			default:
-				thr = append(thr, []string{s.Title, summaryString(rep, s.ID, perf.Gbps, "%.2f"), allocsString(rep, s), retransString(rep, s)})
+				thr = append(thr, []string{s.Title, summaryString(rep, s.ID, perf.Gbps, "%.2f"), summaryString(rep, s.ID, perf.CPUPerGB, "%.3f"),
+					allocsString(rep, s), retransString(rep, s)})
 			}
 		}
 		if len(thr)+len(rtt) == 0 {
@@ -227,10 +229,10 @@ func printPerfReport(w io.Writer, rep *perf.Report) {
 		}
 		fmt.Fprintf(w, "\n== %s\n", sec.title)
 		if len(thr) > 0 {
-			printTable(w, append([][]string{{"throughput", "Gb/s of payload", "allocs/packet", "retransmissions"}}, thr...))
+			printTable(w, append([][]string{{"throughput", "Gb/s of payload", "CPU s/GB", "allocs/packet", "retransmissions"}}, thr...))
 		}
 		if len(rtt) > 0 {
-			printTable(w, append([][]string{{"round trips", "RTT p50, us", "RTT p99, us", "packets/round trip"}}, rtt...))
+			printTable(w, append([][]string{{"round trips", "RTT p50, us", "RTT p99, us", "CPU us/RTT", "packets/round trip"}}, rtt...))
 		}
 	}
 	if ratios := rep.Ratios(); len(ratios) > 0 {
@@ -281,6 +283,9 @@ func printPerfReport(w io.Writer, rep *perf.Report) {
 	fmt.Fprint(w, `
 Gb/s of payload: goroce messages completed at the sender, TCP bytes written, raw UDP datagrams the
   receiver acknowledged counted at 4096 bytes each (the RoCE payload of a 4112-byte packet).
+CPU s/GB, CPU us/RTT: CPU time (user and system) both processes used per 10^9 bytes of payload, or per
+  round trip: this process's over the timed interval or pings, the child's from their start to the
+  stop. Another tenant's load on the machine takes throughput away; it moves these much less.
 allocs/packet: heap allocations per packet the goroce device sent or received, median over the runs:
   this process in the timed interval / the child from the interval's start to the stop. In one
   process: per packet of device A, both devices' allocations counted.

@@ -195,11 +195,17 @@ func stream(ctx context.Context, q *goroce.QP, cq *goroce.CQ, wr goroce.SendWR, 
 	return c, nil
 }
 
+// interval is what runStreams measured over the timed interval, besides the messages.
+type interval struct {
+	allocs float64 // heap allocations per packet of the device; NaN if not measured
+	cpu    cpuSpan // this process's CPU time
+}
+
 // runStreams runs stream on every QP of sd at once, each on its own goroutine, the request of QP i
-// built by wr(i). At the interval's start it snapshots the process's allocations and the device's
-// counters and calls atStart. It returns the sum of the counts, with the allocations and packets
-// of the interval.
-func runStreams(ctx context.Context, sd *side, s Spec, wr func(i int) goroce.SendWR, atStart func() error) (streamCount, float64, error) {
+// built by wr(i). At the interval's start it snapshots the process's allocations, CPU time and the
+// device's counters and calls atStart. It returns the sum of the counts, with the allocations per
+// packet and the CPU time of the interval.
+func runStreams(ctx context.Context, sd *side, s Spec, wr func(i int) goroce.SendWR, atStart func() error) (streamCount, interval, error) {
 	w := newWindow(s)
 	mctx, cancel := context.WithDeadline(ctx, w.end.Add(drainTimeout))
 	defer cancel()
@@ -214,7 +220,7 @@ func runStreams(ctx context.Context, sd *side, s Spec, wr func(i int) goroce.Sen
 			}
 		})
 	}
-	allocs := math.NaN()
+	iv := interval{allocs: math.NaN()}
 	var ms0, ms1 runtime.MemStats
 	if sleepUntil(mctx, w.start) {
 		runtime.ReadMemStats(&ms0)
@@ -224,10 +230,12 @@ func runStreams(ctx context.Context, sd *side, s Spec, wr func(i int) goroce.Sen
 				cancel()
 			}
 		}
+		iv.cpu.begin()
 		if sleepUntil(mctx, w.end) {
+			iv.cpu.end()
 			runtime.ReadMemStats(&ms1)
 			st1 := sd.dev.Stats()
-			allocs = float64(ms1.Mallocs-ms0.Mallocs) / float64(max(packets(st1)-packets(st0), 1))
+			iv.allocs = float64(ms1.Mallocs-ms0.Mallocs) / float64(max(packets(st1)-packets(st0), 1))
 		}
 	}
 	wg.Wait()
@@ -237,9 +245,9 @@ func runStreams(ctx context.Context, sd *side, s Spec, wr func(i int) goroce.Sen
 		total.completed += c.completed
 	}
 	if err := ctx.Err(); err != nil {
-		return total, allocs, err
+		return total, iv, err
 	}
-	return total, allocs, errors.Join(errs...)
+	return total, iv, errors.Join(errs...)
 }
 
 // sleepUntil sleeps until t and reports whether ctx was still alive then.
@@ -282,7 +290,7 @@ func goroceStream(ctx context.Context, ch *Child, s Spec, local, remote netip.Ad
 		}
 		return w
 	}
-	total, allocs, err := runStreams(ctx, sd, s, wr, func() error { return ch.mark(ctx) })
+	total, iv, err := runStreams(ctx, sd, s, wr, func() error { return ch.mark(ctx) })
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", s.Title, err)
 	}
@@ -292,7 +300,8 @@ func goroceStream(ctx context.Context, ch *Child, s Spec, local, remote netip.Ad
 	}
 	res.Messages, res.Bytes, res.Elapsed = total.counted, total.counted*uint64(s.Size), s.Duration
 	res.Gbps = gbps(res.Bytes, res.Elapsed)
-	res.Allocs = allocs
+	res.Allocs = iv.allocs
+	res.setCPU(&iv.cpu, &rep)
 	if rep.Marked && rep.Packets > 0 {
 		res.PeerAllocs = float64(rep.Mallocs) / float64(rep.Packets)
 	}
@@ -342,7 +351,7 @@ func gorocePingPong(ctx context.Context, ch *Child, s Spec, local, remote netip.
 	if err := sd.connect(ep.QPs, s.MTU); err != nil {
 		return res, err
 	}
-	samples, err := pingLoop(ctx, sd, s)
+	samples, cpu, err := pingLoop(ctx, sd, s, func() error { return ch.mark(ctx) })
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", s.Title, err)
 	}
@@ -351,6 +360,7 @@ func gorocePingPong(ctx context.Context, ch *Child, s Spec, local, remote netip.
 		return res, err
 	}
 	rttResult(&res, samples)
+	res.setCPU(&cpu, &rep)
 	st := sd.dev.Stats()
 	res.PacketsPerRTT = float64(packets(st)) / float64(s.Pings+pingWarmup)
 	res.noteStats("this side", st)
@@ -368,9 +378,10 @@ func rttResult(res *Result, samples []time.Duration) {
 }
 
 // pingLoop sends s.Pings+pingWarmup SENDs of s.Size bytes on the first QP of sd, one at a time,
-// each after posting the receive of its answer, and returns the round trips after the warm-up.
+// each after posting the receive of its answer, and returns the round trips after the warm-up and
+// this process's CPU time over them. After the warm-up it calls mark, if set.
 // One context serves every wait, as a program would use one: the CQ registers it once.
-func pingLoop(ctx context.Context, sd *side, s Spec) ([]time.Duration, error) {
+func pingLoop(ctx context.Context, sd *side, s Spec, mark func() error) ([]time.Duration, cpuSpan, error) {
 	q, cq := sd.qps[0], sd.cqs[0]
 	buf := sd.mr.Bytes()[:s.Size]
 	recv := goroce.RecvWR{SGL: []goroce.SGE{sd.mr.SGE(0, s.Size)}}
@@ -379,13 +390,22 @@ func pingLoop(ctx context.Context, sd *side, s Spec) ([]time.Duration, error) {
 	samples := make([]time.Duration, 0, s.Pings)
 	lctx, stop, answered := stallWatch(ctx, pingTimeout)
 	defer stop()
-	fail := func(i int, err error) ([]time.Duration, error) {
+	var cpu cpuSpan
+	fail := func(i int, err error) ([]time.Duration, cpuSpan, error) {
 		if cause := context.Cause(lctx); ctx.Err() == nil && cause != nil {
 			err = cause
 		}
-		return nil, fmt.Errorf("ping %d: %w", i, err)
+		return nil, cpu, fmt.Errorf("ping %d: %w", i, err)
 	}
 	for i := range s.Pings + pingWarmup {
+		if i == pingWarmup {
+			if mark != nil {
+				if err := mark(); err != nil {
+					return fail(i, err)
+				}
+			}
+			cpu.begin()
+		}
 		if err := q.PostRecv(&recv); err != nil {
 			return fail(i, fmt.Errorf("post receive: %w", err))
 		}
@@ -413,7 +433,8 @@ func pingLoop(ctx context.Context, sd *side, s Spec) ([]time.Duration, error) {
 			samples = append(samples, rtt)
 		}
 	}
-	return samples, nil
+	cpu.end()
+	return samples, cpu, nil
 }
 
 // stallWatch returns a context that ends with ctx, or when the counter it returns has not moved

@@ -52,13 +52,14 @@ func localWrite(ctx context.Context, s Spec, a, b netip.Addr) (Result, error) {
 	}
 	// The allocations per packet count A's packets only, as the command always did: B's receive
 	// path runs in this process too, so the figure covers A's send and receive paths and B's.
-	total, allocs, err := runStreams(ctx, sa, s, wr, nil)
+	total, iv, err := runStreams(ctx, sa, s, wr, nil)
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", s.Title, err)
 	}
 	res.Messages, res.Bytes, res.Elapsed = total.counted, total.counted*uint64(s.Size), s.Duration
 	res.Gbps = gbps(res.Bytes, res.Elapsed)
-	res.Allocs = allocs
+	res.Allocs = iv.allocs
+	res.setCPU(&iv.cpu, nil)
 	st := sa.dev.Stats()
 	res.noteStats("A", st)
 	res.noteStats("B", sb.dev.Stats())
@@ -76,10 +77,14 @@ func localUDP(ctx context.Context, s Spec, a, b netip.Addr) (Result, error) {
 	}
 	defer ca.Close()
 	defer cb.Close()
+	var cpu cpuSpan
+	cpu.begin()
 	r, err := conn.RawThroughput(ctx, ca, cb, s.Size, s.Window, s.Duration)
+	cpu.end()
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", s.Title, err)
 	}
+	res.setCPU(&cpu, nil)
 	res.Messages, res.Elapsed = r.Received, r.Elapsed
 	res.Bytes = r.Received * uint64(s.Payload)
 	res.Gbps = gbps(res.Bytes, res.Elapsed)
@@ -106,7 +111,7 @@ func localPingPong(ctx context.Context, s Spec, a, b netip.Addr) (Result, error)
 	var echoed atomic.Uint64
 	echoErr := make(chan error, 1)
 	go func() { echoErr <- echoLoop(ectx, sb, s, &echoed) }()
-	samples, err := pingLoop(ctx, sa, s)
+	samples, cpu, err := pingLoop(ctx, sa, s, nil)
 	cancel()
 	if eerr := <-echoErr; err == nil {
 		err = eerr
@@ -115,6 +120,7 @@ func localPingPong(ctx context.Context, s Spec, a, b netip.Addr) (Result, error)
 		return res, fmt.Errorf("%s: %w", s.Title, err)
 	}
 	rttResult(&res, samples)
+	res.setCPU(&cpu, nil)
 	st := sa.dev.Stats()
 	res.PacketsPerRTT = float64(packets(st)) / float64(s.Pings+pingWarmup)
 	res.noteStats("A", st)
@@ -131,10 +137,14 @@ func localUDPPingPong(ctx context.Context, s Spec, a, b netip.Addr) (Result, err
 	}
 	defer ca.Close()
 	defer cb.Close()
+	var cpu cpuSpan
+	cpu.begin()
 	r, err := conn.RawPingPong(ctx, ca, cb, s.Size, s.Pings)
+	cpu.end()
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", s.Title, err)
 	}
+	res.setCPU(&cpu, nil)
 	res.RTTP50, res.RTTP99, res.Pings = r.RTTP50, r.RTTP99, int(r.Received)
 	if r.Loss > 0 {
 		res.notef("%.3f%% of pings sent again", 100*r.Loss)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -128,6 +130,15 @@ func TestRun(t *testing.T) {
 					t.Errorf("run %d, %s: %v Gb/s, %d bytes, %d messages", run, s.ID, r.Gbps, r.Bytes, r.Messages)
 				}
 			}
+			if runtime.GOOS == "linux" && (s.Kind.PingPong() || r.Messages > 0) {
+				m := CPUPerGB
+				if s.Kind.PingPong() {
+					m = CPUPerRTT
+				}
+				if v := m.of(r); r.CPU <= 0 || !(v > 0) {
+					t.Errorf("run %d, %s: CPU %v, %v %v", run, s.ID, r.CPU, v, m)
+				}
+			}
 			if s.Kind.TwoProcess() && s.Kind != TCPStream && s.Kind != UDPStream && s.Kind != UDPPingPong && !s.Kind.PingPong() {
 				if r.Allocs < 0 || r.PeerAllocs < 0 {
 					t.Errorf("run %d, %s: allocations per packet %v / %v", run, s.ID, r.Allocs, r.PeerAllocs)
@@ -202,9 +213,17 @@ func TestChildProtocol(t *testing.T) {
 	if err := ch.mark(ctx); err != nil {
 		t.Error(err)
 	}
-	// Nobody connected: the stop reports it, through an error, with the report.
-	if rep, err := ch.stop(ctx); err != nil || rep.Bytes != 0 {
+	// Nobody connected: the stop reports it, through an error, with the report. The child measured
+	// its CPU time from the mark: answering the two requests took some.
+	if rep, err := ch.stop(ctx); err != nil || rep.Bytes != 0 || runtime.GOOS == "linux" && rep.CPU <= 0 {
 		t.Errorf("stop: %+v, %v", rep, err)
+	}
+	// A stop without a mark has no CPU time to report.
+	if _, err := ch.start(ctx, s, "127.0.5.2", Endpoint{}); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := ch.stop(ctx); err != nil || rep.CPU != 0 {
+		t.Errorf("stop without a mark: %+v, %v", rep, err)
 	}
 	if ch.broken != nil {
 		t.Fatalf("channel broken: %v", ch.broken)
@@ -372,6 +391,52 @@ func TestAckEvery(t *testing.T) {
 		k := ackEvery(s)
 		if k < 1 || int(k)-1+tc.burst > tc.window || k > maxAckEvery {
 			t.Errorf("window %d, burst %d: ack every %d", tc.window, tc.burst, k)
+		}
+	}
+}
+
+// TestCPUFigures checks the CPU metrics and how a run's CPU time adds up: both processes' or
+// nothing.
+func TestCPUFigures(t *testing.T) {
+	r := Result{CPU: 2 * time.Second, Bytes: 4e9, Pings: 1000}
+	if v := CPUPerGB.of(r); v != 0.5 {
+		t.Errorf("CPU per GB %v, want 0.5", v)
+	}
+	if v := CPUPerRTT.of(r); v != 2000 {
+		t.Errorf("CPU per round trip %v us, want 2000", v)
+	}
+	if v := CPUPerGB.of(Result{Bytes: 4e9}); !math.IsNaN(v) {
+		t.Errorf("CPU per GB without CPU time: %v, want NaN", v)
+	}
+	if v := CPUPerRTT.of(Result{CPU: time.Second}); !math.IsNaN(v) {
+		t.Errorf("CPU per round trip without round trips: %v, want NaN", v)
+	}
+	self := cpuSpan{t0: time.Second, t1: 3 * time.Second, begun: true}
+	for _, c := range []struct {
+		self *cpuSpan
+		peer *PeerReport
+		want time.Duration
+	}{
+		{&self, nil, 2 * time.Second},
+		{&self, &PeerReport{CPU: time.Second}, 3 * time.Second},
+		{&self, &PeerReport{}, 0},                       // the child measured nothing
+		{&cpuSpan{}, &PeerReport{CPU: time.Second}, 0},  // this process measured nothing
+		{&cpuSpan{t0: -1, t1: -1, begun: true}, nil, 0}, // the clock could not be read
+	} {
+		var r Result
+		r.setCPU(c.self, c.peer)
+		if r.CPU != c.want {
+			t.Errorf("self %+v, peer %+v: CPU %v, want %v", *c.self, c.peer, r.CPU, c.want)
+		}
+	}
+	if runtime.GOOS == "linux" {
+		var c cpuSpan
+		c.begin()
+		for start := time.Now(); time.Since(start) < 20*time.Millisecond; {
+		}
+		c.end()
+		if u := c.used(); u < 5*time.Millisecond {
+			t.Errorf("20 ms of spinning measured %v of CPU time", u)
 		}
 	}
 }

@@ -92,6 +92,9 @@ type PeerReport struct {
 	Mallocs uint64 `json:"mallocs,omitempty"`
 	Packets uint64 `json:"packets,omitempty"`
 	Marked  bool   `json:"marked,omitempty"`
+	// CPU is the child's CPU time from the mark to the stop request; 0 when there was no mark or
+	// the child could not measure it.
+	CPU time.Duration `json:"cpu,omitempty"`
 	// Err is the first error the child's side met while it ran.
 	Err string `json:"err,omitempty"`
 }

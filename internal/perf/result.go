@@ -30,6 +30,13 @@ type Result struct {
 	// measured.
 	Allocs, PeerAllocs float64
 
+	// CPU is the CPU time, user and system, that the processes of the run used over its measured
+	// part: this process's in the timed interval (or over the timed pings), plus the child's from
+	// the interval's start to the stop. 0 when not measured (off Linux). It is the steadier
+	// figure on a loaded machine: another tenant's load takes throughput away, not CPU time per
+	// byte.
+	CPU time.Duration
+
 	// Retransmissions counts the go-back-N retransmissions goroce started, both sides.
 	Retransmissions uint64
 
@@ -104,4 +111,41 @@ func gbps(bytes uint64, d time.Duration) float64 {
 		return 0
 	}
 	return float64(bytes) * 8 / d.Seconds() / 1e9
+}
+
+// cpuSpan measures this process's CPU time over part of a run. A span that was never begun, or
+// where the clock could not be read, measures nothing.
+type cpuSpan struct {
+	t0, t1 time.Duration
+	begun  bool
+}
+
+func (c *cpuSpan) begin() { c.t0, c.t1, c.begun = processCPU(), -1, true }
+
+func (c *cpuSpan) end() {
+	if c.begun && c.t1 < 0 {
+		c.t1 = processCPU()
+	}
+}
+
+// used returns the CPU time between begin and end, 0 if that is unknown.
+func (c *cpuSpan) used() time.Duration {
+	if !c.begun || c.t0 < 0 || c.t1 < c.t0 {
+		return 0
+	}
+	return c.t1 - c.t0
+}
+
+// setCPU sets r.CPU to this process's CPU time over the measured part, plus the child's from its
+// mark to its stop when peer reports it (nil: a run in one process). Where either is unknown the
+// run has no CPU figure.
+func (r *Result) setCPU(self *cpuSpan, peer *PeerReport) {
+	r.CPU = self.used()
+	if peer != nil {
+		if peer.CPU <= 0 {
+			r.CPU = 0
+		} else if r.CPU > 0 {
+			r.CPU += peer.CPU
+		}
+	}
 }

@@ -27,10 +27,10 @@ func Serve(r io.Reader, w io.Writer) error {
 	if err := enc.Encode(reply{Op: opHello, Version: protoVersion, PID: os.Getpid()}); err != nil {
 		return fmt.Errorf("perf child: hello: %w", err)
 	}
-	var cur server
+	var cur serving
 	defer func() {
-		if cur != nil {
-			cur.stop()
+		if cur.srv != nil {
+			cur.srv.stop()
 		}
 	}()
 	sc := bufio.NewScanner(r)
@@ -47,8 +47,15 @@ func Serve(r io.Reader, w io.Writer) error {
 	return nil
 }
 
+// serving is the measurement the child runs, if any, and the CPU clock's reading at its mark.
+type serving struct {
+	srv  server
+	cpu  cpuSpan
+	mark bool
+}
+
 // handle answers one request; cur is the measurement running, if any.
-func handle(cur *server, line []byte) reply {
+func handle(cur *serving, line []byte) reply {
 	var req request
 	if err := json.Unmarshal(bytes.TrimSpace(line), &req); err != nil {
 		return reply{Op: "?", Err: fmt.Sprintf("undecodable request %q: %v", truncate(string(line), 200), err)}
@@ -56,7 +63,7 @@ func handle(cur *server, line []byte) reply {
 	rep := reply{Op: req.Op}
 	switch req.Op {
 	case opStart:
-		if *cur != nil {
+		if cur.srv != nil {
 			rep.Err = "a measurement is already running"
 			break
 		}
@@ -65,20 +72,26 @@ func handle(cur *server, line []byte) reply {
 			rep.Err = err.Error()
 			break
 		}
-		*cur, rep.Endpoint = srv, &ep
+		*cur, rep.Endpoint = serving{srv: srv}, &ep
 	case opMark:
-		if *cur == nil {
+		if cur.srv == nil {
 			rep.Err = "no measurement is running"
 			break
 		}
-		(*cur).mark()
+		cur.srv.mark()
+		cur.cpu.begin()
+		cur.mark = true
 	case opStop:
-		if *cur == nil {
+		if cur.srv == nil {
 			rep.Err = "no measurement is running"
 			break
 		}
-		r := (*cur).stop()
-		*cur, rep.Report = nil, &r
+		cur.cpu.end() // before stop, which tears the measurement down
+		r := cur.srv.stop()
+		if cur.mark {
+			r.CPU = cur.cpu.used()
+		}
+		*cur, rep.Report = serving{}, &r
 	default:
 		rep.Err = fmt.Sprintf("unknown operation %q", req.Op)
 	}

@@ -290,6 +290,11 @@ const (
 	Gbps Metric = iota // payload throughput, 10^9 bits per second
 	P50                // median round trip, microseconds
 	P99                // 99th percentile round trip, microseconds
+	// CPUPerGB is the CPU time both processes used per 10^9 bytes of payload, seconds: Result.CPU
+	// over Result.Bytes.
+	CPUPerGB
+	// CPUPerRTT is the CPU time both processes used per round trip, microseconds.
+	CPUPerRTT
 )
 
 // String returns the metric's short name.
@@ -301,6 +306,10 @@ func (m Metric) String() string {
 		return "RTT p50"
 	case P99:
 		return "RTT p99"
+	case CPUPerGB:
+		return "CPU s/GB"
+	case CPUPerRTT:
+		return "CPU us/RTT"
 	}
 	return fmt.Sprintf("Metric(%d)", uint8(m))
 }
@@ -315,6 +324,14 @@ func (m Metric) of(r Result) float64 {
 		v = float64(r.RTTP50) / float64(time.Microsecond)
 	case P99:
 		v = float64(r.RTTP99) / float64(time.Microsecond)
+	case CPUPerGB:
+		if r.Bytes > 0 {
+			v = r.CPU.Seconds() / (float64(r.Bytes) / 1e9)
+		}
+	case CPUPerRTT:
+		if r.Pings > 0 {
+			v = float64(r.CPU) / float64(time.Microsecond) / float64(r.Pings)
+		}
 	}
 	if v <= 0 {
 		return math.NaN()
@@ -410,7 +427,17 @@ func RatioDefs(specs []Spec) []RatioDef {
 	add(RatioDef{Name: "raw UDP GSO+GRO / raw UDP one datagram", Num: "udp-gso", Den: "udp"})
 	add(RatioDef{Name: "goroce RTT p50 / raw UDP p50", Num: "pingpong", Den: "udp-pingpong", Metric: P50, Goal: Goal{Max: 1.25}})
 	add(RatioDef{Name: "goroce RTT p99 / raw UDP p99", Num: "pingpong", Den: "udp-pingpong", Metric: P99, Goal: Goal{Max: 2}})
+	// CPU time per byte and per round trip, both processes': the figures another tenant's load
+	// moves least. The issue sets no goal on them.
+	for _, n := range append([]int{1}, multi...) {
+		add(RatioDef{Name: fmt.Sprintf("goroce WRITE CPU per byte / TCP's, %s", qpString(n)), Num: fmt.Sprintf("write-%d-gso", n), Den: "tcp", Metric: CPUPerGB})
+	}
+	add(RatioDef{Name: "goroce SEND CPU per byte / TCP's, 1 QP", Num: "send-1", Den: "tcp", Metric: CPUPerGB})
+	add(RatioDef{Name: "goroce WRITE CPU per byte / raw UDP GSO+GRO's, 1 QP", Num: "write-1-gso", Den: "udp-gso", Metric: CPUPerGB})
+	add(RatioDef{Name: "goroce CPU per round trip / raw UDP's", Num: "pingpong", Den: "udp-pingpong", Metric: CPUPerRTT})
 	add(RatioDef{Name: "one process: goroce WRITE / raw UDP", Num: "local-write", Den: "local-udp"})
+	add(RatioDef{Name: "one process: goroce WRITE CPU per byte / raw UDP's", Num: "local-write", Den: "local-udp", Metric: CPUPerGB})
+	add(RatioDef{Name: "one process: goroce CPU per round trip / raw UDP's", Num: "local-pingpong", Den: "local-udp-pingpong", Metric: CPUPerRTT})
 	add(RatioDef{Name: "one process: goroce RTT p50 / raw UDP p50", Num: "local-pingpong", Den: "local-udp-pingpong", Metric: P50, Goal: Goal{Max: 1.25}})
 	add(RatioDef{Name: "one process: goroce RTT p99 / raw UDP p99", Num: "local-pingpong", Den: "local-udp-pingpong", Metric: P99, Goal: Goal{Max: 2}})
 	return out

@@ -39,7 +39,8 @@ func tcpStream(ctx context.Context, ch *Child, s Spec, local, remote netip.Addr)
 		return res, err
 	}
 	var total uint64
-	for {
+	var cpu cpuSpan
+	for started := false; ; {
 		n, err := tc.Write(buf)
 		total += uint64(n)
 		if err != nil {
@@ -50,10 +51,18 @@ func tcpStream(ctx context.Context, ch *Child, s Spec, local, remote netip.Addr)
 		}
 		now := time.Now()
 		if w.in(now) {
+			if !started {
+				started = true
+				if err := ch.mark(ctx); err != nil {
+					return res, err
+				}
+				cpu.begin()
+			}
 			res.Messages++
 			res.Bytes += uint64(n)
 		}
 		if !now.Before(w.end) {
+			cpu.end()
 			break
 		}
 	}
@@ -66,6 +75,7 @@ func tcpStream(ctx context.Context, ch *Child, s Spec, local, remote netip.Addr)
 	}
 	res.Elapsed = s.Duration
 	res.Gbps = gbps(res.Bytes, res.Elapsed)
+	res.setCPU(&cpu, &rep)
 	if rep.Bytes != total {
 		res.notef("MISMATCH: the child read %d bytes of the %d written", rep.Bytes, total)
 	}

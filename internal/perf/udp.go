@@ -128,15 +128,21 @@ func udpStream(ctx context.Context, ch *Child, s Spec, local, remote netip.Addr)
 	w := newWindow(s)
 	var sent, forgiven, a0, a1 uint64 // forgiven: presumed lost, no longer counted in flight
 	var t0, t1 time.Time
+	var cpu cpuSpan
 	for started := false; ; {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
 		now := time.Now()
 		if !started && !now.Before(w.start) {
-			started, t0, a0 = true, now, acked.Load()
+			if err := ch.mark(ctx); err != nil {
+				return res, err
+			}
+			cpu.begin()
+			started, t0, a0 = true, time.Now(), acked.Load()
 		}
 		if !now.Before(w.end) {
+			cpu.end()
 			t1, a1 = now, acked.Load()
 			break
 		}
@@ -168,6 +174,7 @@ func udpStream(ctx context.Context, ch *Child, s Spec, local, remote netip.Addr)
 	res.Messages, res.Elapsed = a1-a0, t1.Sub(t0)
 	res.Bytes = res.Messages * uint64(s.Payload)
 	res.Gbps = gbps(res.Bytes, res.Elapsed)
+	res.setCPU(&cpu, &rep)
 	if rep.Messages < sent {
 		res.notef("%d of %d datagrams lost (%.3f%%)", sent-rep.Messages, sent, 100*float64(sent-rep.Messages)/float64(sent))
 	}
@@ -352,14 +359,16 @@ func udpPingPong(ctx context.Context, ch *Child, s Spec, local, remote netip.Add
 	if err != nil {
 		return res, fmt.Errorf("%w: start: address %q: %w", ErrChild, ep.Addr, err)
 	}
-	samples, err := rawPingLoop(ctx, c, dst, s)
+	samples, cpu, err := rawPingLoop(ctx, c, dst, s, func() error { return ch.mark(ctx) })
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", s.Title, err)
 	}
-	if _, err := ch.stop(ctx); err != nil {
+	rep, err := ch.stop(ctx)
+	if err != nil {
 		return res, err
 	}
 	rttResult(&res, samples)
+	res.setCPU(&cpu, &rep)
 	if lost := s.Pings - len(samples); lost > 0 {
 		res.notef("%d pings sent again after %v", lost, pingResend)
 	}
@@ -367,8 +376,9 @@ func udpPingPong(ctx context.Context, ch *Child, s Spec, local, remote netip.Add
 }
 
 // rawPingLoop sends s.Pings+pingWarmup pings to dst one at a time and returns the round trips of
-// those after the warm-up that were answered without being sent again.
-func rawPingLoop(ctx context.Context, c conn.Conn, dst netip.AddrPort, s Spec) ([]time.Duration, error) {
+// those after the warm-up that were answered without being sent again, and this process's CPU time
+// over the pings after the warm-up. After the warm-up it calls mark.
+func rawPingLoop(ctx context.Context, c conn.Conn, dst netip.AddrPort, s Spec, mark func() error) ([]time.Duration, cpuSpan, error) {
 	var outstanding, resent atomic.Uint64 // seq of the ping in flight (0: none), last one resent
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -406,12 +416,19 @@ func rawPingLoop(ctx context.Context, c conn.Conn, dst netip.AddrPort, s Spec) (
 		rmsgs[i].Buf = make([]byte, s.Size)
 	}
 	samples := make([]time.Duration, 0, s.Pings)
+	var cpu cpuSpan
 	for seq := uint64(1); seq <= uint64(s.Pings+pingWarmup); seq++ {
+		if seq == pingWarmup+1 {
+			if err := mark(); err != nil {
+				return nil, cpu, err
+			}
+			cpu.begin()
+		}
 		putHeader(ping, s.Tag, seq)
 		outstanding.Store(seq)
 		t0 := time.Now()
 		if _, err := c.WriteBatch(pmsg); err != nil {
-			return nil, fmt.Errorf("ping %d: %w", seq, err)
+			return nil, cpu, fmt.Errorf("ping %d: %w", seq, err)
 		}
 		for got := false; !got; {
 			n, err := c.ReadBatch(rmsgs)
@@ -419,7 +436,7 @@ func rawPingLoop(ctx context.Context, c conn.Conn, dst netip.AddrPort, s Spec) (
 				if ctx.Err() != nil {
 					err = ctx.Err()
 				}
-				return nil, fmt.Errorf("ping %d: %w", seq, err)
+				return nil, cpu, fmt.Errorf("ping %d: %w", seq, err)
 			}
 			for _, m := range rmsgs[:n] {
 				if tag, v, ok := header(m.Buf[:m.N]); ok && tag == s.Tag && v == seq {
@@ -432,6 +449,7 @@ func rawPingLoop(ctx context.Context, c conn.Conn, dst netip.AddrPort, s Spec) (
 			samples = append(samples, rtt)
 		}
 	}
+	cpu.end()
 	outstanding.Store(0)
-	return samples, nil
+	return samples, cpu, nil
 }
