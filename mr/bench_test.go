@@ -96,7 +96,10 @@ func BenchmarkCheckRemoteBadKey(b *testing.B) {
 func BenchmarkWriteRemote4K(b *testing.B) {
 	f := newBenchFixture(b)
 	key, va := f.r.RKey(), f.r.IOVA()
-	src := make([]byte, 4096)
+	// The payload of a received packet starts 8-byte aligned (the datapath's rxSkew); a plain
+	// make([]byte, 4096) need not, and a copy from a source 4 bytes off into an aligned region
+	// takes Go's REP MOVSB path, 5 to 8 times slower here (360 against 80 ns).
+	src := alignedBytes(4096)
 	b.SetBytes(4096)
 	b.ReportAllocs()
 	for b.Loop() {
