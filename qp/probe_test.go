@@ -69,6 +69,67 @@ func TestTailProbeLastPacketLost(t *testing.T) {
 	expectResends(t, l, ResendNone, ResendNone, ResendNone, ResendProbe, ResendNone)
 }
 
+// holdPacer lets packets go from until on and records the bytes of each packet charged to it.
+type holdPacer struct {
+	until time.Time
+	sent  []int
+}
+
+func (p *holdPacer) NextSend(now time.Time, n int) time.Time {
+	if p.until.After(now) {
+		return p.until
+	}
+	return now
+}
+
+func (p *holdPacer) OnSent(now time.Time, n int) { p.sent = append(p.sent, n) }
+
+// The rate limiter holds the QP when its tail is lost: the probe, due a millisecond after the last
+// packet, waits for the pacer as every packet does, and is charged to it.
+func TestTailProbePaced(t *testing.T) {
+	l := newLink(t, probeOpts())
+	warmUp(t, l)
+	p := &holdPacer{}
+	l.a.qp.cfg.Pacer = p
+	src := l.a.reg(t, 3000, mr.LocalWrite)
+	fill(src.Bytes(), 7)
+	remote := l.b.reg(t, 3000, mr.LocalWrite|mr.RemoteWrite)
+	start := l.now
+	hold := start.Add(3 * time.Millisecond)
+	drop := dropNth("A", wire.RCWriteLast, 1)
+	var probeAt time.Time
+	l.hook = func(l *link, h *host, pkt wire.Packet) [][]byte {
+		if h == l.a && pkt.Opcode() == wire.RCWriteLast {
+			if p.until.IsZero() {
+				p.until = hold // the pacer holds the QP from the lost packet on
+			} else {
+				probeAt = l.now
+			}
+		}
+		return drop(l, h, pkt)
+	}
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRWrite, Flags: Signaled, SGL: sge(src, 0, 3000),
+		RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+	l.run(time.Second)
+	l.expectLadder(
+		"-> RDMA_WRITE_FIRST psn=257 len=3000 +1024",
+		"-> RDMA_WRITE_MIDDLE psn=258 +1024",
+		"-> RDMA_WRITE_LAST psn=259 A +952 (lost)",
+		"-> RDMA_WRITE_LAST psn=259 A +952",
+		"<- ACKNOWLEDGE psn=259 [ACK msn=2]",
+	)
+	expectCompletions(t, l.a.scq, Completion{WRID: 1, Opcode: CompRDMAWrite, QPN: 0x11, ByteLen: 3000})
+	if probeAt.Before(hold) || probeAt.After(hold.Add(time.Millisecond)) {
+		t.Errorf("the probe left %v after the WRITE, want at the pacer's release, %v", probeAt.Sub(start), hold.Sub(start))
+	}
+	if len(p.sent) != 4 || p.sent[3] != p.sent[2] {
+		t.Errorf("the pacer was charged %v bytes, want the three packets and the probe, a copy of the third", p.sent)
+	}
+	if c := l.a.qp.Counters(); c.TailProbes != 1 || c.Timeouts != 0 {
+		t.Fatalf("counters %+v", c)
+	}
+}
+
 // expectResends compares the Tx.Resend of each packet on the ladder with want.
 func expectResends(t *testing.T, l *link, want ...Resend) {
 	t.Helper()

@@ -71,7 +71,8 @@ type Config struct {
 	// which alone counts against retry_cnt, as IBTA Vol 1 9.7.6.1.3 says. A requester may send a
 	// request again at any time; the responder treats it as any duplicate (9.7.5.1.2). The idea is
 	// TCP's tail loss probe (RFC 8985 section 7). Only a SEND or WRITE tail is probed; a READ's or an
-	// atomic's waits for the timeout.
+	// atomic's waits for the timeout. The probe waits for the Pacer and is charged to it, as every
+	// packet is.
 	TailProbe bool
 	// MinProbe is the shortest probe timeout: 1 ms unless set.
 	MinProbe time.Duration

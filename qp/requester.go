@@ -137,13 +137,27 @@ func (r *requester) appendProbe(q *QP, now time.Time, dst []byte) ([]byte, Tx, b
 		if w.wr.Opcode.isReadAtomic() {
 			return dst, Tx{}, false
 		}
+		probeOffset := uint32(psn.Diff(w.firstPSN)) * uint32(q.mtu)
+		payload := min(int(w.length-probeOffset), q.mtu)
+		// The probe is a packet like any other to the rate limiter (DCQCN's reaction point paces
+		// the QP, not its first transmissions only): it waits for the pacer, and is charged to it.
+		// Held, it is due again when the pacer lets it go, if the tail is still unanswered then.
+		if p := q.cfg.Pacer; p != nil {
+			if t := p.NextSend(now, payload); t.After(now) {
+				q.cmp.probeAt = t
+				return dst, Tx{}, false
+			}
+		}
 		saved, offset, sent, started := *r, w.offset, w.sent, w.started
 		r.psn, r.noAck = psn, maxPktsPerAck // AckReq
-		w.offset, w.started = uint32(psn.Diff(w.firstPSN))*uint32(q.mtu), true
-		out, err := r.build(q, w, dst, min(int(w.length-w.offset), q.mtu))
+		w.offset, w.started = probeOffset, true
+		out, err := r.build(q, w, dst, payload)
 		*r, w.offset, w.sent, w.started = saved, offset, sent, started
 		if err != nil {
 			return dst, Tx{}, false
+		}
+		if p := q.cfg.Pacer; p != nil {
+			p.OnSent(now, len(out)-len(dst))
 		}
 		q.cmp.probes++
 		q.cmp.probeHigh = psn
