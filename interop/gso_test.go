@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/syncbuf"
 	"github.com/goroce/goroce/interop/lab"
 )
 
@@ -58,7 +59,7 @@ func installGSOProbe(t testing.TB, g *lab.Guest) string {
 	defer f.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	if err := g.ExecIO(ctx, "cat > "+gsoprobeGuestPath+" && chmod +x "+gsoprobeGuestPath, f, &out); err != nil {
 		t.Fatalf("copying gsoprobe into vm%d: %v\n%s", g.N, err, out.String())
 	}

@@ -9,7 +9,6 @@
 package interop
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -19,11 +18,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce"
+	"github.com/goroce/goroce/internal/syncbuf"
 	"github.com/goroce/goroce/interop/lab"
 )
 
@@ -47,24 +46,6 @@ func TestMain(m *testing.M) {
 		return m.Run()
 	}()
 	os.Exit(code)
-}
-
-// lockedBuffer collects a process's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // pingpongLines are the lines ibv_rc_pingpong prints; goroce pingpong must print the same.
@@ -219,7 +200,7 @@ func TestPingpongGoroceServer(t *testing.T) {
 // startGoroce starts goroce with args in the lab's namespace and returns once its output shows ready
 // (the line a server prints once it listens: "local address" for pingpong, "Waiting for client" for
 // perf). out collects its stdout and stderr; waited yields its exit.
-func startGoroce(ctx context.Context, t testing.TB, ready string, args []string) (out *lockedBuffer, waited <-chan error) {
+func startGoroce(ctx context.Context, t testing.TB, ready string, args []string) (out *syncbuf.Buffer, waited <-chan error) {
 	t.Helper()
 	return startReady(t, lab.NSCommand(ctx, goroceBin, args...), "goroce "+args[0]+" ended before listening",
 		func(s string) bool { return strings.Contains(s, ready) })
@@ -227,9 +208,9 @@ func startGoroce(ctx context.Context, t testing.TB, ready string, args []string)
 
 // startReady starts cmd with its stdout and stderr in out and returns once ready(output so far) is
 // true; if cmd ends first, the test fails with ended, the exit and the output. waited yields its exit.
-func startReady(t testing.TB, cmd *exec.Cmd, ended string, ready func(out string) bool) (out *lockedBuffer, waited <-chan error) {
+func startReady(t testing.TB, cmd *exec.Cmd, ended string, ready func(out string) bool) (out *syncbuf.Buffer, waited <-chan error) {
 	t.Helper()
-	out = new(lockedBuffer)
+	out = new(syncbuf.Buffer)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -316,7 +297,7 @@ func TestPingpongLoss(t *testing.T) {
 				rout, rerr = r.out, r.err
 			} else {
 				cmd := lab.NSCommand(ctx, goroceBin, c.goroceArgs(port)...)
-				var sout lockedBuffer
+				var sout syncbuf.Buffer
 				cmd.Stdout, cmd.Stderr = &sout, &sout
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/syncbuf"
 	"github.com/goroce/goroce/interop/lab"
 )
 
@@ -338,7 +339,7 @@ func perftestGoroceServer(g *lab.Guest, c perftestCase, port int) perftestRun {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := lab.NSCommand(ctx, goroceBin, c.goroceArgs(port)...)
-	var sout lockedBuffer
+	var sout syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &sout, &sout
 	if err := cmd.Start(); err != nil {
 		return perftestRun{goroceErr: err}

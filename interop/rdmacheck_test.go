@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/syncbuf"
 	"github.com/goroce/goroce/interop/lab"
 )
 
@@ -51,7 +52,7 @@ func installRdmacheck(t testing.TB, g *lab.Guest) {
 	defer f.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	if err := g.ExecIO(ctx, "cat > "+rdmacheckGuestPath+" && chmod +x "+rdmacheckGuestPath, f, &out); err != nil {
 		t.Fatalf("copying rdmacheck into vm%d: %v\n%s", g.N, err, out.String())
 	}
@@ -59,7 +60,7 @@ func installRdmacheck(t testing.TB, g *lab.Guest) {
 
 // rdmacheckPeer starts the goroce side in the namespace: the test binary itself, with rdmacheckEnv
 // set. conns are "client:PORT:IP" or "server:PORT"; it returns once every server listens.
-func rdmacheckPeer(ctx context.Context, t testing.TB, flags []string, conns ...string) (out *lockedBuffer, wait func() error) {
+func rdmacheckPeer(ctx context.Context, t testing.TB, flags []string, conns ...string) (out *syncbuf.Buffer, wait func() error) {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {

@@ -1,7 +1,6 @@
 package perftest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,34 +8,16 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce"
+	"github.com/goroce/goroce/internal/syncbuf"
 	"github.com/goroce/goroce/internal/testaddr"
 )
 
 // loopbackAddrs returns two loopback addresses for one test's devices: see testaddr.
 func loopbackAddrs() (netip.Addr, netip.Addr) { return testaddr.Pair() }
-
-// lockedBuffer is a bytes.Buffer one goroutine writes while another reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // The result lines interop/perftest_test.go parses in perftest's output and goroce's.
 var (
@@ -61,7 +42,7 @@ func serveConnect(ctx context.Context, t *testing.T, srvAddr netip.Addr, srv, cl
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	var sb, cb lockedBuffer
+	var sb, cb syncbuf.Buffer
 	done := make(chan side, 1)
 	go func() {
 		r, err := ln.Serve(ctx, &sb)

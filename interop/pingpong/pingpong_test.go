@@ -15,29 +15,12 @@ import (
 	"time"
 
 	"github.com/goroce/goroce"
+	"github.com/goroce/goroce/internal/syncbuf"
 	"github.com/goroce/goroce/internal/testaddr"
 )
 
 // loopbackAddrs returns two loopback addresses for one test's devices: see testaddr.
 func loopbackAddrs() (netip.Addr, netip.Addr) { return testaddr.Pair() }
-
-// lockedBuffer is a bytes.Buffer one goroutine writes while another reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // The lines the C tools print, which interop/interop_test.go looks for in goroce's output too.
 func outputLines(local, remote netip.Addr) []*regexp.Regexp {
@@ -71,7 +54,7 @@ func runPair(t *testing.T, srvAddr netip.Addr, srv, cli Options) (s, c side) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	var sb, cb lockedBuffer
+	var sb, cb syncbuf.Buffer
 	done := make(chan side, 1)
 	go func() {
 		r, err := ln.Serve(ctx, &sb)
@@ -275,7 +258,7 @@ func TestSRQCheckCatchesWrongData(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var out lockedBuffer
+			var out syncbuf.Buffer
 			done := make(chan error, 1)
 			go func() {
 				_, err := ln.Serve(ctx, &out)

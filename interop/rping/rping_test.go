@@ -1,7 +1,6 @@
 package rping
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,30 +11,13 @@ import (
 	"time"
 
 	"github.com/goroce/goroce"
+	"github.com/goroce/goroce/internal/syncbuf"
 )
 
 var (
 	serverAddr = netip.MustParseAddr("10.0.0.2")
 	clientAddr = netip.MustParseAddr("10.0.0.1")
 )
-
-// lockedBuffer collects output written from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // devices opens a server and a client device on the RoCEv2 port: on net, or on the host's loopback
 // sockets when net is nil.
@@ -104,7 +86,7 @@ func run(t *testing.T, net goroce.Network, sa, ca netip.Addr, opts Options) (sre
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	var so, se, co, ce lockedBuffer
+	var so, se, co, ce syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() {
 		var err error
@@ -195,7 +177,7 @@ func TestPersistent(t *testing.T) {
 		t.Fatal(err)
 	}
 	sctx, stop := context.WithCancel(ctx)
-	var serr lockedBuffer
+	var serr syncbuf.Buffer
 	done := make(chan Result, 1)
 	go func() {
 		res, err := srv.Serve(sctx, nil, &serr)
@@ -266,9 +248,9 @@ func TestServerDisconnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	sctx, stop := context.WithCancel(ctx)
-	var sout lockedBuffer
+	var sout syncbuf.Buffer
 	go srv.Serve(sctx, &sout, nil)
-	var cerr lockedBuffer
+	var cerr syncbuf.Buffer
 	done := make(chan error, 1)
 	var res Result
 	go func() {
