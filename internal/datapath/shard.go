@@ -324,6 +324,7 @@ func (s *shard) waitFor(ctx context.Context, cq *CQ, solicited bool) {
 	// tried): waking the background goroutine here would only make it take the shard from the next
 	// Wait, a hand-over each way per completion when several waiters share the shard.
 	if s.drive.TryLock() {
+		s.lastNow = time.Time{} // read by the last driver, maybe long ago: letGo reads the clock
 		s.letGo()
 	}
 }
