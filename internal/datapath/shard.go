@@ -373,6 +373,7 @@ func (s *shard) step() error {
 	n, err := s.conn.ReadBatch(s.rx.msgs)
 	switch {
 	case err == conn.ErrDeadline:
+		s.lastNow = time.Time{} // the read may have waited long: no reading is recent
 		s.armed.Store(0)
 		d.stats.deadlineWakes.Add(1)
 		return nil
