@@ -61,7 +61,7 @@ type shard struct {
 	// Owned by the driver.
 	waitCQ        *CQ // the CQ of the waiter that drives, if a waiter does
 	waitSolicited bool
-	lastNow       time.Time // the driver's last clock reading since it took drive; zero before one
+	lastNow       time.Time // the driver's last clock reading since it took drive; zero before one, and after a read its deadline ended
 	rx            rxState
 	tx            *txBatch
 	timers        timerHeap
