@@ -5,10 +5,10 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/syncbuf"
 	"github.com/goroce/goroce/interop/rping"
 )
 
@@ -51,7 +51,7 @@ func TestRpingFlags(t *testing.T) {
 // TestRpingCommand: goroce rping -s and -c over the host's loopback sockets, -v -V: the client prints
 // every ping's data, the server the same and the client's disconnection, both exit without error.
 func TestRpingCommand(t *testing.T) {
-	var sout, serr syncBuffer
+	var sout, serr syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- rpingMain([]string{"-s", "-vVd", "-a", "127.0.75.2", "-p", "7200", "-S", "100", "-timeout", "20s"}, &sout, &serr)
@@ -94,22 +94,4 @@ func TestRpingCommand(t *testing.T) {
 			t.Errorf("goroce dump -explain of the capture says nothing of %s:\n%s", want, lastLines(dumped.String(), 40))
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer that a test may read while a goroutine writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
