@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -193,9 +194,13 @@ func BenchmarkVerify4K(b *testing.B) {
 // streamQP returns a datapath on an in-memory network, with received ICRCs checked as mode says (the
 // check has a benchmark of its own), one RC QP in RTS toward a peer QP 0x1234 that does not exist,
 // both starting at PSN 0, and an MR of size bytes that the QP may read from and the peer write to.
-func streamQP(tb testing.TB, size int, mode ICRCMode) (*Datapath, *QP, *mr.Region) {
+func streamQP(tb testing.TB, size int, mode ICRCMode, opts ...func(*Config)) (*Datapath, *QP, *mr.Region) {
 	tb.Helper()
-	d, err := Open(Config{Network: conn.NewMemNetwork(), Addr: srcAP, Shards: 1, ICRC: mode})
+	cfg := Config{Network: conn.NewMemNetwork(), Addr: srcAP, Shards: 1, ICRC: mode}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	d, err := Open(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -219,6 +224,76 @@ func streamQP(tb testing.TB, size int, mode ICRCMode) (*Datapath, *QP, *mr.Regio
 		tb.Fatal(err)
 	}
 	return d, q, r
+}
+
+// countTracer counts the packets it is shown, by direction, and keeps nothing.
+type countTracer struct{ sent, received int }
+
+func (c *countTracer) TracePacket(r *TraceRecord) {
+	if r.Sent {
+		c.sent++
+	} else {
+		c.received++
+	}
+}
+
+// TestTracingAllocs checks that a Tracer costs the datapath no allocation: the records it is handed
+// are reused, as its contract (must not keep the record) allows. Both directions: a requester's
+// packets pumped, a responder's received.
+func TestTracingAllocs(t *testing.T) {
+	ct := &countTracer{}
+	d, q, r := streamQP(t, 4096, ICRCOff, func(c *Config) { c.Tracer = ct })
+	s := d.shards[0]
+	now := time.Now()
+	f := wire.Fields{BTH: wire.BTHFields{Opcode: wire.RCWriteOnly, PKey: wire.DefaultPKey, DestQP: q.qpn},
+		RETH: wire.RETHFields{VA: r.IOVA(), RKey: r.RKey(), DMALen: 4096}}
+	pkt, _ := wire.Append(nil, &f, make([]byte, 4096))
+	var psn wire.PSN
+	if n := testing.AllocsPerRun(200, func() {
+		wire.BTH(pkt).SetPSN(psn)
+		psn = psn.Add(1)
+		s.receivePacket(pkt, dstAP, srcAP.Addr(), 0, 0, now)
+		clear(s.rx.touched)
+		s.rx.touched = s.rx.touched[:0]
+	}); n != 0 {
+		t.Errorf("receiving with a tracer: %v allocations a packet, want 0", n)
+	}
+	if ct.received == 0 {
+		t.Fatal("the tracer saw no received packet")
+	}
+	// The requester's side: rounds of 16 one-packet WRITEs (a batch's worth, so that nothing is
+	// flushed into the in-memory network, which copies), posted before the count starts, then
+	// pumped with the count running. Eight rounds stay within the 128 PSNs a requester sends unacked.
+	wr := qp.SendWR{Opcode: qp.WRWrite, SGL: []mr.SGE{{Addr: r.IOVA(), Length: 4096, LKey: r.LKey()}}, RemoteAddr: 0x1000, RKey: 1}
+	tb := getTxBatch()
+	defer putTxBatch(tb)
+	p := q.port
+	var mallocs, sent uint64
+	for range 8 {
+		q.mu.Lock()
+		for range 16 {
+			if err := q.eng.PostSend(now, &wr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		q.mu.Unlock()
+		before := ct.sent
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		p.mu.Lock()
+		p.pump(q, tb, now)
+		tb.reset()
+		p.mu.Unlock()
+		runtime.ReadMemStats(&m1)
+		mallocs += m1.Mallocs - m0.Mallocs
+		sent += uint64(ct.sent - before)
+	}
+	if sent != 8*16 {
+		t.Fatalf("the tracer saw %d packets sent, want %d", sent, 8*16)
+	}
+	if mallocs != 0 {
+		t.Errorf("sending with a tracer: %d allocations for %d packets, want 0", mallocs, sent)
+	}
 }
 
 // BenchmarkPumpWrite measures a requester's side of a 64 KiB WRITE at MTU 4096: building its 16

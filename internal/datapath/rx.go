@@ -23,8 +23,9 @@ func (s *shard) receive(n int, now time.Time) {
 			d.stats.rxPackets.Add(1)
 			d.stats.dropTruncated.Add(1)
 			if t := d.cfg.Tracer; t != nil {
-				t.TracePacket(&TraceRecord{At: now, From: m.Addr, To: netip.AddrPortFrom(m.Local, d.local.Port()), TOS: m.TOS,
-					Bytes: m.Buf[:m.N], Drop: DropTruncated})
+				r.trace = TraceRecord{At: now, From: m.Addr, To: netip.AddrPortFrom(m.Local, d.local.Port()), TOS: m.TOS,
+					Bytes: m.Buf[:m.N], Drop: DropTruncated}
+				t.TracePacket(&r.trace)
 			}
 			continue
 		}
@@ -60,7 +61,8 @@ func (s *shard) receivePacket(b []byte, from netip.AddrPort, to netip.Addr, tos 
 	drop := func(c *atomic.Uint64, why Drop, pkt wire.Packet, id uint16) {
 		c.Add(1)
 		if t := d.cfg.Tracer; t != nil {
-			t.TracePacket(&TraceRecord{At: now, From: from, To: local, TOS: tos, IPID: id, Bytes: b, Packet: pkt, Drop: why})
+			r.trace = TraceRecord{At: now, From: from, To: local, TOS: tos, IPID: id, Bytes: b, Packet: pkt, Drop: why}
+			t.TracePacket(&r.trace)
 		}
 	}
 	pkt, err := wire.Parse(b)
@@ -101,7 +103,8 @@ func (s *shard) receivePacket(b []byte, from netip.AddrPort, to netip.Addr, tos 
 		d.stats.rxOffShard.Add(1)
 	}
 	if t := d.cfg.Tracer; t != nil {
-		t.TracePacket(&TraceRecord{At: now, From: from, To: local, TOS: tos, IPID: id, Bytes: b, Packet: pkt})
+		r.trace = TraceRecord{At: now, From: from, To: local, TOS: tos, IPID: id, Bytes: b, Packet: pkt}
+		t.TracePacket(&r.trace)
 	}
 	q.deliver(pkt, from, to, tos, &r.info, now)
 	if k := len(r.touched); k == 0 || r.touched[k-1] != q {

@@ -528,6 +528,7 @@ type rxState struct {
 	v       verifier
 	info    qp.RxInfo
 	touched []*QP
+	trace   TraceRecord // handed to the Tracer for each packet, reused (the Tracer must not keep it)
 }
 
 func (r *rxState) init(c conn.Conn) {

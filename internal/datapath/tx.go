@@ -54,6 +54,9 @@ type txBatch struct {
 	open bool
 	// split holds the single datagrams of a GSO message being resent without GSO.
 	split []conn.Message
+	// trace is the record handed to the Tracer for each packet pumped, reused so that tracing does
+	// not allocate (the Tracer must not keep it).
+	trace TraceRecord
 }
 
 var txPool = sync.Pool{New: func() any {
@@ -96,8 +99,9 @@ func (p *port) pump(q *QP, tb *txBatch, now time.Time) (file time.Time) {
 		seal(pkt, netip.AddrPortFrom(d.local.Addr(), p.num), dst, id)
 		if t := d.cfg.Tracer; t != nil {
 			if pp, err := wire.Parse(pkt); err == nil {
-				t.TracePacket(&TraceRecord{Sent: true, At: now, From: netip.AddrPortFrom(d.local.Addr(), p.num), To: dst,
-					TOS: q.trafficClass(tx), IPID: id, Bytes: pkt, Packet: pp, Resend: tx.Resend})
+				tb.trace = TraceRecord{Sent: true, At: now, From: netip.AddrPortFrom(d.local.Addr(), p.num), To: dst,
+					TOS: q.trafficClass(tx), IPID: id, Bytes: pkt, Packet: pp, Resend: tx.Resend}
+				t.TracePacket(&tb.trace)
 			}
 		}
 	}
@@ -179,6 +183,7 @@ func (tb *txBatch) reset() {
 	tb.msgs = tb.msgs[:0]
 	tb.arena = tb.arena[:0]
 	tb.open = false
+	tb.trace = TraceRecord{}
 }
 
 // send pumps q and sends what it produced, from the calling goroutine: a PostSend rings the
