@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/testaddr"
 )
 
 // BenchmarkSendPingPong measures the round trip of a 16-byte SEND answered by a 16-byte SEND between
@@ -79,7 +81,7 @@ func BenchmarkWriteStream(b *testing.B) {
 	for _, gso := range []GSOMode{GSOAuto, GSOOff} {
 		name := map[GSOMode]string{GSOAuto: "gso", GSOOff: "nogso"}[gso]
 		b.Run(name, func(b *testing.B) {
-			a, c := loopbackAddrs()
+			a, c := testaddr.Pair()
 			open := func(addr netip.Addr) *Device {
 				d, err := Open(Config{Addr: addr, GSO: gso})
 				if err != nil {

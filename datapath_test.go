@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/conn"
+	"github.com/goroce/goroce/internal/testaddr"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -48,7 +49,7 @@ func TestGSORunsOnTheWire(t *testing.T) {
 	var mu sync.Mutex
 	var sent []conn.Message
 	tapped := conn.WrapNetwork(mem, func(c conn.Conn) conn.Conn { return wiretap{c, &mu, &sent} })
-	a, b := loopbackAddrs()
+	a, b := testaddr.Pair()
 	da, err := Open(Config{Addr: a, Network: rawNetwork{tapped}})
 	must(t, err)
 	defer da.Close()
@@ -151,7 +152,7 @@ func (g *gsoRefuser) WriteBatch(msgs []conn.Message) (int, error) {
 // byte arrives without a retransmission.
 func TestGSOFallbackLosesNothing(t *testing.T) {
 	mem := conn.NewMemNetwork()
-	a, b := loopbackAddrs()
+	a, b := testaddr.Pair()
 	da, err := Open(Config{Addr: a, Network: rawNetwork{conn.WrapNetwork(mem, func(c conn.Conn) conn.Conn { return &gsoRefuser{Conn: c} })}, ICRC: ICRCStrict})
 	must(t, err)
 	defer da.Close()
@@ -184,7 +185,7 @@ func TestGSOFallbackLosesNothing(t *testing.T) {
 // QP's packets are one UDP flow and QPs spread over flows; a receiver takes packets from any port.
 func TestSourcePortPerQP(t *testing.T) {
 	mem := conn.NewMemNetwork()
-	a, b := loopbackAddrs()
+	a, b := testaddr.Pair()
 	da, err := Open(Config{Addr: a, Network: rawNetwork{mem}, SourcePorts: 4})
 	must(t, err)
 	defer da.Close()
@@ -230,7 +231,7 @@ func TestSourcePortPerQP(t *testing.T) {
 // whichever of them drives the shard, and a waiter that drives gets its own without a hand-off. A
 // waiter must never queue behind another waiter's drive.
 func TestWaitersOnOneShard(t *testing.T) {
-	a, b := loopbackAddrs()
+	a, b := testaddr.Pair()
 	da, err := Open(Config{Addr: a, Shards: 1})
 	must(t, err)
 	defer da.Close()

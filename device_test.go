@@ -28,13 +28,10 @@ type testPair struct {
 	qa, qb   *QP
 }
 
-// loopbackAddrs returns two loopback addresses for one test's devices: see testaddr.
-func loopbackAddrs() (netip.Addr, netip.Addr) { return testaddr.Pair() }
-
 // newDevices opens two devices, over the in-memory network if mem is set, else over UDP loopback.
 func newDevices(t testing.TB, mem *conn.MemNetwork, wrap func(conn.Conn) conn.Conn) (*Device, *Device) {
 	t.Helper()
-	a, b := loopbackAddrs()
+	a, b := testaddr.Pair()
 	open := func(addr netip.Addr) *Device {
 		cfg := Config{Addr: addr}
 		if mem != nil {
@@ -514,7 +511,7 @@ func TestUDMemNetwork(t *testing.T) {
 // DCQCN on real loopback sockets: the sender's packets are marked CE on the way (a wrapper that
 // marks), the receiver answers with CNPs, and the sender's rate comes down; the data still arrives.
 func TestDCQCNLoopback(t *testing.T) {
-	a, b := loopbackAddrs()
+	a, b := testaddr.Pair()
 	params := congestion.DefaultParams(10e9)
 	open := func(addr netip.Addr, mark bool) *Device {
 		cfg := Config{Addr: addr, DCQCN: &params}

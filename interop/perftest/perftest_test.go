@@ -16,9 +16,6 @@ import (
 	"github.com/goroce/goroce/internal/testaddr"
 )
 
-// loopbackAddrs returns two loopback addresses for one test's devices: see testaddr.
-func loopbackAddrs() (netip.Addr, netip.Addr) { return testaddr.Pair() }
-
 // The result lines interop/perftest_test.go parses in perftest's output and goroce's.
 var (
 	bwLine     = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+(\d+\.\d{6})$`)
@@ -204,7 +201,7 @@ func TestLoopbackDuration(t *testing.T) {
 // runLoopback runs c with options o on both sides.
 func runLoopback(t *testing.T, c loopbackCase, o Options) (s, cl side) {
 	t.Helper()
-	sa, ca := loopbackAddrs()
+	sa, ca := testaddr.Pair()
 	if c.mem {
 		o.Network = goroce.NewMemNetwork()
 	}
@@ -338,7 +335,7 @@ func checkLoopback(t *testing.T, c loopbackCase, o Options, s, cl side) {
 
 // TestMTUNegotiation: the sides run at the smaller of their MTUs, and the zero MTU means 4096.
 func TestMTUNegotiation(t *testing.T) {
-	sa, ca := loopbackAddrs()
+	sa, ca := testaddr.Pair()
 	o := DefaultOptions(WriteBW)
 	o.Iters = 10
 	srv, cli := o, o
@@ -357,7 +354,7 @@ func TestMTUNegotiation(t *testing.T) {
 
 // TestServeCanceled: a server nobody connects to ends with its context, and says so.
 func TestServeCanceled(t *testing.T) {
-	sa, _ := loopbackAddrs()
+	sa, _ := testaddr.Pair()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	srv, err := Listen(ctx, netip.AddrPortFrom(sa, 0).String(), DefaultOptions(ReadLat))
@@ -471,7 +468,7 @@ func runMismatch(t *testing.T, srv, cli Options) (s, c side) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	sa, ca := loopbackAddrs()
+	sa, ca := testaddr.Pair()
 	srv.Addr, cli.Addr = sa, ca
 	s, c = serveConnect(ctx, t, sa, srv, cli)
 	if ctx.Err() != nil {
@@ -627,7 +624,7 @@ func TestRunInfinitely(t *testing.T) {
 			o.Size, o.RunInfinitely, o.Duration, o.Timeout = 4096, true, 250*time.Millisecond, testTimeout
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			sa, ca := loopbackAddrs()
+			sa, ca := testaddr.Pair()
 			srv, cli := o, o
 			srv.Addr, cli.Addr = sa, ca
 			s, c := serveConnect(ctx, t, sa, srv, cli)

@@ -19,9 +19,6 @@ import (
 	"github.com/goroce/goroce/internal/testaddr"
 )
 
-// loopbackAddrs returns two loopback addresses for one test's devices: see testaddr.
-func loopbackAddrs() (netip.Addr, netip.Addr) { return testaddr.Pair() }
-
 // The lines the C tools print, which interop/interop_test.go looks for in goroce's output too.
 func outputLines(local, remote netip.Addr) []*regexp.Regexp {
 	q := regexp.QuoteMeta
@@ -87,7 +84,7 @@ func TestLoopback(t *testing.T) {
 		{name: "RC-memnetwork-chk", typ: goroce.RC, size: 8192, mtu: goroce.MTU4096, iters: 100, chk: true, mem: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sa, ca := loopbackAddrs()
+			sa, ca := testaddr.Pair()
 			o := DefaultOptions(tc.typ)
 			o.Size, o.MTU, o.Iters, o.Check = tc.size, tc.mtu, tc.iters, tc.chk
 			if tc.mem {
@@ -155,7 +152,7 @@ func TestSRQLoopback(t *testing.T) {
 		{name: "q16-memnetwork", numQP: 16, size: 1024, rxDepth: 500, iters: 320, mem: true, chk: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sa, ca := loopbackAddrs()
+			sa, ca := testaddr.Pair()
 			o := DefaultSRQOptions()
 			o.NumQP, o.Size, o.RxDepth, o.Iters, o.Check = tc.numQP, tc.size, tc.rxDepth, tc.iters, tc.chk
 			if tc.mem {
@@ -214,7 +211,7 @@ func TestSRQLoopback(t *testing.T) {
 // the whole exchange of addresses, instead of running QPs that have no peer: the server sees the
 // client's QPs and answers with none.
 func TestSRQQPCountMismatch(t *testing.T) {
-	sa, ca := loopbackAddrs()
+	sa, ca := testaddr.Pair()
 	o := DefaultSRQOptions()
 	o.Iters = 10
 	srv, cli := o, o
@@ -249,7 +246,7 @@ func TestSRQCheckCatchesWrongData(t *testing.T) {
 		{"short", 4096, 0, "a receive of 4096 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sa, ca := loopbackAddrs()
+			sa, ca := testaddr.Pair()
 			o := DefaultSRQOptions()
 			o.NumQP, o.Size, o.RxDepth, o.Iters, o.Check, o.Addr = 1, 2*4096+1, 8, 3, true, sa
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -349,7 +346,7 @@ func bareSRQClient(ctx context.Context, address string, addr netip.Addr, size in
 // TestCheckCatchesWrongData runs a server with Check against a client without it: the client sends
 // its buffer without rc_pingpong's check pattern, so the server must report every page.
 func TestCheckCatchesWrongData(t *testing.T) {
-	sa, ca := loopbackAddrs()
+	sa, ca := testaddr.Pair()
 	o := DefaultOptions(goroce.RC)
 	o.Size, o.Iters, o.RxDepth = 2*4096+1, 10, 16
 	srv, cli := o, o
@@ -371,7 +368,7 @@ func TestCheckCatchesWrongData(t *testing.T) {
 
 // TestServeCanceled: a server nobody connects to ends with its context, and says so.
 func TestServeCanceled(t *testing.T) {
-	sa, _ := loopbackAddrs()
+	sa, _ := testaddr.Pair()
 	o := DefaultOptions(goroce.RC)
 	o.Addr = sa
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
