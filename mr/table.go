@@ -57,10 +57,10 @@ func NewTable() *Table {
 // replay bit for bit; a device serving real peers uses NewTable, whose keys nobody can predict.
 func NewTableSeeded(seed [32]byte) *Table {
 	rng := rand.New(rand.NewChaCha8(seed))
-	speckFrom := func() *keyCipher {
+	cipher := func() *keyCipher {
 		return newKeyCipher(newSpeck([4]uint16{uint16(rng.Uint32()), uint16(rng.Uint32()), uint16(rng.Uint32()), uint16(rng.Uint32())}))
 	}
-	t := &Table{lkeys: speckFrom(), rkeys: speckFrom(), rng: rng}
+	t := &Table{lkeys: cipher(), rkeys: cipher(), rng: rng}
 	return t
 }
 

@@ -131,10 +131,11 @@ func ComputeICRC(ip, udp, pkt []byte) (uint32, error) {
 		return 0, err
 	}
 	crc := smallUpdate(lrhCRC, buf[:n])
-	if rest := pkt[BTHLen:]; len(rest) >= clmulMin {
+	rest := pkt[BTHLen:]
+	if len(rest) >= clmulMin {
 		return crc32.Update(crc, crc32.IEEETable, rest), nil
 	}
-	return smallUpdate(crc, pkt[BTHLen:]), nil
+	return smallUpdate(crc, rest), nil
 }
 
 // SetICRC computes the ICRC of pkt, a whole transport packet including its 4-byte ICRC field, and
