@@ -225,12 +225,9 @@ func runStreams(ctx context.Context, sd *side, s Spec, wr func(i int) goroce.Sen
 	if sleepUntil(mctx, w.start) {
 		runtime.ReadMemStats(&ms0)
 		st0 := sd.dev.Stats()
-		if atStart != nil {
-			if errs[len(sd.qps)] = atStart(); errs[len(sd.qps)] != nil {
-				cancel()
-			}
+		if errs[len(sd.qps)] = iv.cpu.beginAfter(atStart); errs[len(sd.qps)] != nil {
+			cancel()
 		}
-		iv.cpu.begin()
 		if sleepUntil(mctx, w.end) {
 			iv.cpu.end()
 			runtime.ReadMemStats(&ms1)
@@ -399,12 +396,9 @@ func pingLoop(ctx context.Context, sd *side, s Spec, mark func() error) ([]time.
 	}
 	for i := range s.Pings + pingWarmup {
 		if i == pingWarmup {
-			if mark != nil {
-				if err := mark(); err != nil {
-					return fail(i, err)
-				}
+			if err := cpu.beginAfter(mark); err != nil {
+				return fail(i, err)
 			}
-			cpu.begin()
 		}
 		if err := q.PostRecv(&recv); err != nil {
 			return fail(i, fmt.Errorf("post receive: %w", err))

@@ -122,6 +122,17 @@ type cpuSpan struct {
 
 func (c *cpuSpan) begin() { c.t0, c.t1, c.begun = processCPU(), -1, true }
 
+// beginAfter calls mark, if set (the child's mark: its CPU time counts from there), then begins.
+func (c *cpuSpan) beginAfter(mark func() error) error {
+	if mark != nil {
+		if err := mark(); err != nil {
+			return err
+		}
+	}
+	c.begin()
+	return nil
+}
+
 func (c *cpuSpan) end() {
 	if c.begun && c.t1 < 0 {
 		c.t1 = processCPU()

@@ -47,11 +47,10 @@ func Serve(r io.Reader, w io.Writer) error {
 	return nil
 }
 
-// serving is the measurement the child runs, if any, and the CPU clock's reading at its mark.
+// serving is the measurement the child runs, if any, and its CPU time from its mark (none without).
 type serving struct {
-	srv  server
-	cpu  cpuSpan
-	mark bool
+	srv server
+	cpu cpuSpan
 }
 
 // handle answers one request; cur is the measurement running, if any.
@@ -80,7 +79,6 @@ func handle(cur *serving, line []byte) reply {
 		}
 		cur.srv.mark()
 		cur.cpu.begin()
-		cur.mark = true
 	case opStop:
 		if cur.srv == nil {
 			rep.Err = "no measurement is running"
@@ -88,9 +86,7 @@ func handle(cur *serving, line []byte) reply {
 		}
 		cur.cpu.end() // before stop, which tears the measurement down
 		r := cur.srv.stop()
-		if cur.mark {
-			r.CPU = cur.cpu.used()
-		}
+		r.CPU = cur.cpu.used()
 		*cur, rep.Report = serving{}, &r
 	default:
 		rep.Err = fmt.Sprintf("unknown operation %q", req.Op)

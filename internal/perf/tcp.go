@@ -53,10 +53,9 @@ func tcpStream(ctx context.Context, ch *Child, s Spec, local, remote netip.Addr)
 		if w.in(now) {
 			if !started {
 				started = true
-				if err := ch.mark(ctx); err != nil {
+				if err := cpu.beginAfter(func() error { return ch.mark(ctx) }); err != nil {
 					return res, err
 				}
-				cpu.begin()
 			}
 			res.Messages++
 			res.Bytes += uint64(n)

@@ -135,10 +135,9 @@ func udpStream(ctx context.Context, ch *Child, s Spec, local, remote netip.Addr)
 		}
 		now := time.Now()
 		if !started && !now.Before(w.start) {
-			if err := ch.mark(ctx); err != nil {
+			if err := cpu.beginAfter(func() error { return ch.mark(ctx) }); err != nil {
 				return res, err
 			}
-			cpu.begin()
 			started, t0, a0 = true, time.Now(), acked.Load()
 		}
 		if !now.Before(w.end) {
@@ -419,10 +418,9 @@ func rawPingLoop(ctx context.Context, c conn.Conn, dst netip.AddrPort, s Spec, m
 	var cpu cpuSpan
 	for seq := uint64(1); seq <= uint64(s.Pings+pingWarmup); seq++ {
 		if seq == pingWarmup+1 {
-			if err := mark(); err != nil {
+			if err := cpu.beginAfter(mark); err != nil {
 				return nil, cpu, err
 			}
-			cpu.begin()
 		}
 		putHeader(ping, s.Tag, seq)
 		outstanding.Store(seq)
