@@ -28,10 +28,13 @@ const (
 // grhLen is the GRH each UD receive buffer starts with.
 const grhLen = 40
 
-// endpoint is one side's UD QP, its CQ and one receive buffer per message.
+// endpoint is one side's UD QP, its CQs and one receive buffer per message. Sends and receives
+// complete on CQs of their own, so that waiting for the one never consumes the other: a client's
+// replies may complete before its own sends have been reaped.
 type endpoint struct {
 	pd    *goroce.PD
-	cq    *goroce.CQ
+	scq   *goroce.CQ // send completions
+	rcq   *goroce.CQ // receive completions
 	qp    *goroce.QP
 	mr    *goroce.MR
 	count int
@@ -47,8 +50,11 @@ func newEndpoint(dev *goroce.Device, count, size int) (*endpoint, error) {
 	if e.pd, err = dev.AllocPD(); err != nil {
 		return nil, err
 	}
-	if e.cq, err = dev.CreateCQ(2 * count); err == nil {
-		e.qp, err = e.pd.CreateQP(goroce.QPInit{Type: goroce.UD, SendCQ: e.cq, RecvCQ: e.cq, MaxSendWR: count,
+	if e.scq, err = dev.CreateCQ(count); err == nil {
+		e.rcq, err = dev.CreateCQ(count)
+	}
+	if err == nil {
+		e.qp, err = e.pd.CreateQP(goroce.QPInit{Type: goroce.UD, SendCQ: e.scq, RecvCQ: e.rcq, MaxSendWR: count,
 			MaxRecvWR: count, MaxSendSGE: 1, MaxRecvSGE: 1})
 	}
 	if err == nil {
@@ -74,8 +80,10 @@ func (e *endpoint) close() {
 	if e.mr != nil {
 		_ = e.mr.Close()
 	}
-	if e.cq != nil {
-		_ = e.cq.Close()
+	for _, cq := range []*goroce.CQ{e.scq, e.rcq} {
+		if cq != nil {
+			_ = cq.Close()
+		}
 	}
 	if e.pd != nil {
 		_ = e.pd.Close()
@@ -96,14 +104,11 @@ func (e *endpoint) receive(ctx context.Context) (int, peer, error) {
 	wc := make([]goroce.Completion, 8)
 	got := 0
 	for got < e.count {
-		n, err := e.cq.Wait(ctx, wc)
+		n, err := e.rcq.Wait(ctx, wc)
 		if err != nil {
 			return got, from, fmt.Errorf("udaddy: after %d of %d messages: %w", got, e.count, err)
 		}
 		for _, c := range wc[:n] {
-			if c.Opcode != goroce.CompRecv {
-				continue // a send's completion
-			}
 			if err := c.Err(); err != nil {
 				return got, from, fmt.Errorf("udaddy: receive: %w", err)
 			}
@@ -142,7 +147,7 @@ func (e *endpoint) send(ctx context.Context, wr goroce.SendWR) error {
 	}
 	wc := make([]goroce.Completion, 8)
 	for done := 0; done < e.count; {
-		n, err := e.cq.Wait(ctx, wc)
+		n, err := e.scq.Wait(ctx, wc)
 		if err != nil {
 			return fmt.Errorf("udaddy: after %d of %d sends: %w", done, e.count, err)
 		}
@@ -150,9 +155,7 @@ func (e *endpoint) send(ctx context.Context, wr goroce.SendWR) error {
 			if err := c.Err(); err != nil {
 				return fmt.Errorf("udaddy: send: %w", err)
 			}
-			if c.Opcode == goroce.CompSend {
-				done++
-			}
+			done++
 		}
 	}
 	return nil
