@@ -16,7 +16,7 @@ type counters struct {
 	txGSO, gsoFallback, rxGRO, rxOffShard, steerFailed     atomic.Uint64
 	drivenWaits, parkedWaits, handovers                    atomic.Uint64
 	rxMADs, txMADs, dropGSI                                atomic.Uint64
-	drains, deadlineArms, deadlineWakes                    atomic.Uint64
+	drains, deadlineArms, deadlineWakes, yields            atomic.Uint64
 }
 
 // Stats are the datapath's counters.
@@ -43,6 +43,7 @@ type Stats struct {
 	TimerDrains                            uint64 // batches read without waiting before due timers fired (drainBeforeTimers)
 	DeadlineArms                           uint64 // read deadlines set: each moves a Go runtime timer, which wakes a thread
 	DeadlineWakes                          uint64 // reads that returned because their deadline passed
+	Yields                                 uint64 // times a busy driver gave up its processor to let the scheduler poll the network (shard.yield)
 	RxMADs                                 uint64 // MADs received on QP1 and handed to Config.GSI
 	TxMADs                                 uint64 // MADs sent from QP1 (SendMAD)
 	DropGSI                                uint64 // packets for QP1 that are not MADs (DropGSI)
@@ -60,7 +61,7 @@ func (d *Datapath) Stats() Stats {
 		TxGSO: c.txGSO.Load(), GSOFallback: c.gsoFallback.Load(), RxGRO: c.rxGRO.Load(), RxOffShard: c.rxOffShard.Load(),
 		SteerFailed: c.steerFailed.Load(), DrivenWaits: c.drivenWaits.Load(), ParkedWaits: c.parkedWaits.Load(),
 		Handovers: c.handovers.Load(), RxMADs: c.rxMADs.Load(), TxMADs: c.txMADs.Load(), DropGSI: c.dropGSI.Load(), TimerDrains: c.drains.Load(),
-		DeadlineArms: c.deadlineArms.Load(), DeadlineWakes: c.deadlineWakes.Load(),
+		DeadlineArms: c.deadlineArms.Load(), DeadlineWakes: c.deadlineWakes.Load(), Yields: c.yields.Load(),
 	}
 	for _, sh := range d.shards {
 		if cs, ok := conn.StatsOf(sh.conn); ok {

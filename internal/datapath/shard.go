@@ -62,6 +62,7 @@ type shard struct {
 	waitCQ        *CQ // the CQ of the waiter that drives, if a waiter does
 	waitSolicited bool
 	lastNow       time.Time // the driver's last clock reading since it took drive; zero before one, and after a read its deadline ended
+	yielded       time.Time // when a driver last gave up the processor (yield)
 	rx            rxState
 	tx            *txBatch
 	timers        timerHeap
@@ -389,7 +390,32 @@ func (s *shard) step() error {
 	s.lastNow = now
 	s.receive(n, now)
 	s.inStep.Store(false)
+	s.yield(now)
 	return nil
+}
+
+// yieldEvery is how long a driver runs at most before it lets the Go scheduler look at the network.
+const yieldEvery = time.Millisecond
+
+// yield gives up the processor (runtime.Gosched) if the driver has not done so for yieldEvery.
+//
+// A driver whose reads always find data never parks, and the datapath's system calls are raw (see
+// conn.UDPConn), out of the scheduler's sight. Go's scheduler keeps a thread blocked in the netpoller
+// only while that thread has nothing else to run: a thread that finds a goroutine to run by polling
+// without blocking hands the watch to no one. And sysmon, which otherwise polls the network every
+// 10 ms and preempts a goroutine that has run for 10 ms, sleeps from the moment every processor is
+// idle until a timer or a scheduler-visible system call wakes it. So a busy driver could hold its
+// processor for as long as it stayed busy while another shard's socket filled and the other processor
+// sat idle: 94 ms in one trace of `goroce perf loopback -procs 2 -only read -qps 2`, long enough for
+// the peer's ACK timeout. Gosched wakes a thread for an idle processor (the runtime's wakep), and that
+// thread polls the network.
+func (s *shard) yield(now time.Time) {
+	if now.Sub(s.yielded) < yieldEvery {
+		return
+	}
+	s.yielded = now
+	s.d.stats.yields.Add(1)
+	runtime.Gosched()
 }
 
 // arm makes the next read return by at, moving the armed deadline only earlier (see the top of the

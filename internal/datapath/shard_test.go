@@ -122,3 +122,63 @@ func TestWaitersShareShard(t *testing.T) {
 		}
 	}
 }
+
+// tickClock is a Clock whose every reading is tick after the one before. Its timers never fire.
+type tickClock struct {
+	mu   sync.Mutex
+	now  time.Time
+	tick time.Duration
+}
+
+func (c *tickClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(c.tick)
+	return c.now
+}
+
+func (c *tickClock) NewTimer(time.Duration) Timer { return idleTimer{} }
+
+type idleTimer struct{}
+
+func (idleTimer) C() <-chan time.Time { return nil }
+func (idleTimer) Reset(time.Duration) {}
+func (idleTimer) Stop()               {}
+
+// TestBusyDriverYields checks that a driver whose reads keep finding data gives up its processor once
+// per yieldEvery of its clock, and no more often (shard.yield): each of the datagrams here is read in
+// a step of its own, and the clock moves 100 us at every reading.
+func TestBusyDriverYields(t *testing.T) {
+	network := conn.NewMemNetwork()
+	clk := &tickClock{now: time.Unix(1e9, 0), tick: 100 * time.Microsecond}
+	d, err := Open(Config{Network: network, Addr: srcAP, Shards: 1, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	peer, err := network.Listen(dstAP, conn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	start := clk.Now()
+	const datagrams = 40
+	for i := range datagrams {
+		if _, err := peer.WriteBatch([]conn.Message{{Buf: []byte{0xff}, Addr: srcAP}}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for d.Stats().DropMalformed != uint64(i+1) {
+			if time.Now().After(deadline) {
+				t.Fatalf("datagram %d never read", i+1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	elapsed := clk.Now().Sub(start)
+	yields := d.Stats().Yields
+	// Each step reads the clock at least twice, so 40 steps take 8 ms of it at least.
+	if most := uint64(elapsed / yieldEvery); yields < 4 || yields > most {
+		t.Errorf("%d yields in %v of the driver's clock over %d reads, want 4 to %d (one per %v)", yields, elapsed, datagrams, most, yieldEvery)
+	}
+}
