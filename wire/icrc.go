@@ -133,7 +133,7 @@ func ComputeICRC(ip, udp, pkt []byte) (uint32, error) {
 	crc := smallUpdate(lrhCRC, buf[:n])
 	rest := pkt[BTHLen:]
 	if len(rest) >= clmulMin {
-		return crc32.Update(crc, crc32.IEEETable, rest), nil
+		return updateIEEE(crc, rest), nil
 	}
 	return smallUpdate(crc, rest), nil
 }
