@@ -67,6 +67,7 @@ func (r *Result) noteStats(side string, s goroce.Stats) {
 		n    uint64
 	}{
 		{"ACK timeouts", q.Timeouts},
+		{"tail-loss probes sent (the peer counts each whose packet it had as a duplicate request)", q.TailProbes},
 		{"RNR NAKs received", q.RcvdRNRErr},
 		{"PSN sequence NAKs received", q.RcvdSeqErr},
 		{"NAKs sent", naks},
