@@ -91,6 +91,15 @@ type Offload struct {
 	GRO bool
 }
 
+// A WaitReporter is a Conn that can tell whether its last ReadBatch waited for a datagram. The device's receive
+// loop yields its processor to the Go scheduler only when it has not waited for a while: see
+// datapath's shard.yield.
+type WaitReporter interface {
+	// Waited reports whether the last ReadBatch found nothing queued and waited. Only the goroutine
+	// that made that call may ask, before it makes another.
+	Waited() bool
+}
+
 // A Poller is a Conn that can also read without waiting. The device's receive loop drains its socket
 // this way before it fires a timer that came due while it was not running, so that a response already
 // queued is seen before a retransmission it makes needless.

@@ -59,6 +59,7 @@ type UDPConn struct {
 	rfn    func(fd uintptr) bool
 	pfn    func(fd uintptr) // PollBatch's call: recvmmsg, rempty set if nothing was queued
 	rempty bool
+	rwait  bool // the last ReadBatch found nothing queued at least once, and waited (Waited)
 
 	wmu   sync.Mutex // guards the fields below, the send side
 	whdr  []unix.Mmsghdr
@@ -344,7 +345,13 @@ func (c *UDPConn) alloc() {
 		h.Iov = &c.wiov[i]
 		h.SetIovlen(1)
 	}
-	c.rfn = c.recvmmsg
+	c.rfn = func(fd uintptr) bool {
+		if c.recvmmsg(fd) {
+			return true
+		}
+		c.rwait = true
+		return false
+	}
 	c.pfn = func(fd uintptr) { c.rempty = !c.recvmmsg(fd) }
 	c.wfn = c.sendmmsg
 }
@@ -427,6 +434,11 @@ func (c *UDPConn) pollErr(err error) error {
 // coalesced, SegSize. Each Buf may be filled to its capacity.
 func (c *UDPConn) ReadBatch(msgs []Message) (int, error) { return c.readBatch(msgs, true) }
 
+// Waited reports whether the last ReadBatch found the socket empty and waited in the netpoller (the
+// goroutine parked, and the scheduler had a turn), rather than return what was already queued. Only the
+// goroutine that made that call may ask, before it makes another. See WaitReporter.
+func (c *UDPConn) Waited() bool { return c.rwait }
+
 // PollBatch is ReadBatch without the wait: it returns 0 and no error at once when nothing is queued,
 // whatever the read deadline. See Poller.
 func (c *UDPConn) PollBatch(msgs []Message) (int, error) { return c.readBatch(msgs, false) }
@@ -459,7 +471,7 @@ func (c *UDPConn) readBatch(msgs []Message, block bool) (int, error) {
 		}
 		c.rn = n
 		var err error
-		c.rempty = false
+		c.rempty, c.rwait = false, false
 		if block {
 			err = c.raw.Read(c.rfn)
 		} else {

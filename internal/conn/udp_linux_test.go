@@ -376,3 +376,39 @@ func TestZeroChecksumIPv6(t *testing.T) {
 		t.Fatalf("got %x", m.Buf[:m.N])
 	}
 }
+
+// TestUDPWaited checks that Waited tells a ReadBatch that had to wait (here, on an empty socket until
+// its deadline) from one that found a datagram queued. On loopback a datagram is normally queued
+// before the send returns; under a softirq backlog the kernel may deliver it later, so the second case
+// asks only that one read of twenty found its datagram queued.
+func TestUDPWaited(t *testing.T) {
+	a, b := udpPair(t, loop4, Options{})
+	msgs := newMessages(1, 64)
+	if err := b.SetReadDeadline(time.Now().Add(10 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ReadBatch(msgs); !errors.Is(err, ErrDeadline) {
+		t.Fatalf("ReadBatch on an empty socket = %v, want ErrDeadline", err)
+	}
+	if !b.Waited() {
+		t.Error("Waited() = false after a ReadBatch that waited for its deadline")
+	}
+	if err := b.SetReadDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	queued := 0
+	for range 20 {
+		if _, err := a.WriteBatch([]Message{{Buf: []byte{1}, Addr: b.LocalAddr()}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.ReadBatch(msgs); err != nil {
+			t.Fatal(err)
+		}
+		if !b.Waited() {
+			queued++
+		}
+	}
+	if queued == 0 {
+		t.Error("Waited() = true after each of 20 ReadBatch calls made after their datagram was sent")
+	}
+}

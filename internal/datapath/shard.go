@@ -41,9 +41,10 @@ const groBatch = 16
 const plainBatch = 64
 
 type shard struct {
-	d    *Datapath
-	idx  int
-	conn conn.Conn
+	d     *Datapath
+	idx   int
+	conn  conn.Conn
+	waits conn.WaitReporter // conn, if it tells whether a read waited; else nil
 
 	drive       sync.Mutex
 	bgDriving   atomic.Bool   // the background goroutine holds drive
@@ -62,7 +63,7 @@ type shard struct {
 	waitCQ        *CQ // the CQ of the waiter that drives, if a waiter does
 	waitSolicited bool
 	lastNow       time.Time // the driver's last clock reading since it took drive; zero before one, and after a read its deadline ended
-	yielded       time.Time // when a driver last gave up the processor (yield)
+	yielded       time.Time // when a driver last gave up the processor (yield) or waited in a read
 	rx            rxState
 	tx            *txBatch
 	timers        timerHeap
@@ -75,6 +76,7 @@ type shard struct {
 
 func newShard(d *Datapath, idx int, c conn.Conn) *shard {
 	s := &shard{d: d, idx: idx, conn: c, bgWake: make(chan struct{}, 1), free: make(chan struct{}, 1), tx: getTxBatch()}
+	s.waits, _ = c.(conn.WaitReporter)
 	s.lingerTimer = time.NewTimer(time.Hour)
 	s.lingerTimer.Stop()
 	s.rx.init(c)
@@ -388,6 +390,9 @@ func (s *shard) step() error {
 	s.inStep.Store(true)
 	now = d.clock.Now()
 	s.lastNow = now
+	if s.waits != nil && s.waits.Waited() {
+		s.yielded = now // the goroutine parked in the read: the scheduler has had its turn
+	}
 	s.receive(n, now)
 	s.inStep.Store(false)
 	s.yield(now)
@@ -397,7 +402,8 @@ func (s *shard) step() error {
 // yieldEvery is how long a driver runs at most before it lets the Go scheduler look at the network.
 const yieldEvery = time.Millisecond
 
-// yield gives up the processor (runtime.Gosched) if the driver has not done so for yieldEvery.
+// yield gives up the processor (runtime.Gosched) if the driver has neither done so nor waited in a
+// read (conn.WaitReporter) for yieldEvery.
 //
 // A driver whose reads always find data never parks, and the datapath's system calls are raw (see
 // conn.UDPConn), out of the scheduler's sight. Go's scheduler keeps a thread blocked in the netpoller
@@ -408,7 +414,9 @@ const yieldEvery = time.Millisecond
 // processor for as long as it stayed busy while another shard's socket filled and the other processor
 // sat idle: 94 ms in one trace of `goroce perf loopback -procs 2 -only read -qps 2`, long enough for
 // the peer's ACK timeout. Gosched wakes a thread for an idle processor (the runtime's wakep), and that
-// thread polls the network.
+// thread polls the network. A driver that waits in its reads, as in a ping-pong, parks each time and
+// needs no turn given: yielding there anyway, once a millisecond, cost the one-process ping-pong about
+// 10 us at p99 (the thread it wakes competes with the next round trip).
 func (s *shard) yield(now time.Time) {
 	if now.Sub(s.yielded) < yieldEvery {
 		return

@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -145,40 +146,76 @@ func (idleTimer) C() <-chan time.Time { return nil }
 func (idleTimer) Reset(time.Duration) {}
 func (idleTimer) Stop()               {}
 
+// feedConn is a shard's socket that returns one junk datagram (malformed: the shard drops it) per
+// ReadBatch, when the test feeds one, and says whether that read waited as the test says.
+type feedConn struct {
+	feed   chan bool // one per read: whether it waited
+	waited bool
+	closed chan struct{}
+}
+
+func (c *feedConn) ReadBatch(msgs []conn.Message) (int, error) {
+	select {
+	case w := <-c.feed:
+		c.waited = w
+		msgs[0].Buf[0] = 0xff
+		msgs[0].N, msgs[0].Addr = 1, dstAP
+		return 1, nil
+	case <-c.closed:
+		return 0, conn.ErrClosed
+	}
+}
+func (c *feedConn) Waited() bool                                { return c.waited }
+func (c *feedConn) WriteBatch(msgs []conn.Message) (int, error) { return len(msgs), nil }
+func (c *feedConn) SetReadDeadline(time.Time) error             { return nil }
+func (c *feedConn) Offload() conn.Offload                       { return conn.Offload{} }
+func (c *feedConn) LocalAddr() netip.AddrPort                   { return srcAP }
+func (c *feedConn) BatchSize() int                              { return 8 }
+func (c *feedConn) Close() error                                { close(c.closed); return nil }
+
+// feedNetwork hands out one feedConn as a datapath's only shard.
+type feedNetwork struct{ c *feedConn }
+
+func (n feedNetwork) Listen(netip.AddrPort, conn.Options) (conn.Conn, error) {
+	return nil, errors.New("feedNetwork: no send sockets")
+}
+func (n feedNetwork) ListenShards(netip.AddrPort, int, conn.Options) ([]conn.Conn, error) {
+	return []conn.Conn{n.c}, nil
+}
+
 // TestBusyDriverYields checks that a driver whose reads keep finding data gives up its processor once
-// per yieldEvery of its clock, and no more often (shard.yield): each of the datagrams here is read in
-// a step of its own, and the clock moves 100 us at every reading.
+// per yieldEvery of its clock, and no more often, and that one whose reads wait does not (shard.yield):
+// each datagram here is read in a step of its own, and the clock moves 100 us at every reading.
 func TestBusyDriverYields(t *testing.T) {
-	network := conn.NewMemNetwork()
+	fc := &feedConn{feed: make(chan bool), closed: make(chan struct{})}
 	clk := &tickClock{now: time.Unix(1e9, 0), tick: 100 * time.Microsecond}
-	d, err := Open(Config{Network: network, Addr: srcAP, Shards: 1, Clock: clk})
+	d, err := Open(Config{Network: feedNetwork{fc}, Addr: srcAP, Shards: 1, Clock: clk, NoGRO: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	peer, err := network.Listen(dstAP, conn.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	start := clk.Now()
-	const datagrams = 40
-	for i := range datagrams {
-		if _, err := peer.WriteBatch([]conn.Message{{Buf: []byte{0xff}, Addr: srcAP}}); err != nil {
-			t.Fatal(err)
+	read := func(reads int, waited bool) (yields uint64, elapsed time.Duration) {
+		t.Helper()
+		y0, start := d.Stats().Yields, clk.Now()
+		for range reads {
+			fc.feed <- waited
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for d.Stats().DropMalformed != uint64(i+1) {
+		// The last datagram is read once the feed is taken; wait for it to be dropped.
+		for deadline := time.Now().Add(10 * time.Second); d.Stats().DropMalformed < uint64(reads); {
 			if time.Now().After(deadline) {
-				t.Fatalf("datagram %d never read", i+1)
+				t.Fatalf("%d datagrams fed, %d read", reads, d.Stats().DropMalformed)
 			}
 			time.Sleep(time.Millisecond)
 		}
+		return d.Stats().Yields - y0, clk.Now().Sub(start)
 	}
-	elapsed := clk.Now().Sub(start)
-	yields := d.Stats().Yields
 	// Each step reads the clock at least twice, so 40 steps take 8 ms of it at least.
+	yields, elapsed := read(40, false)
 	if most := uint64(elapsed / yieldEvery); yields < 4 || yields > most {
-		t.Errorf("%d yields in %v of the driver's clock over %d reads, want 4 to %d (one per %v)", yields, elapsed, datagrams, most, yieldEvery)
+		t.Errorf("%d yields in %v of the driver's clock over 40 reads that found data, want 4 to %d (one per %v)", yields, elapsed, most, yieldEvery)
+	}
+	d.stats.dropMalformed.Store(0)
+	if yields, elapsed = read(40, true); yields != 0 {
+		t.Errorf("%d yields in %v over 40 reads that waited, want none", yields, elapsed)
 	}
 }
