@@ -324,7 +324,7 @@ type Stats struct {
 	RxGRO                                  uint64 // coalesced runs received (UDP GRO)
 	DrivenWaits                            uint64 // CQ waits that drove their shard (no hand-off on the way to them)
 	ParkedWaits                            uint64 // CQ waits that parked until another goroutine's completion woke them
-	Yields                                 uint64 // times a receive loop that kept finding packets gave the Go scheduler a turn (once a millisecond at most), so that packets for the device's other loops are not left waiting
+	Yields                                 uint64 // times a busy receive loop gave the Go scheduler a turn (at most once a millisecond), so that the device's other loops' packets do not wait
 	EventsDropped                          uint64 // asynchronous events lost because nobody read Events
 	RxMADs, TxMADs                         uint64 // management datagrams received and sent on QP1 (the RDMA CM's)
 	DropGSI                                uint64 // packets for QP1 that are not MADs: not a UD SEND_ONLY, or another Q_Key or partition

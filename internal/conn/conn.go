@@ -91,8 +91,8 @@ type Offload struct {
 	GRO bool
 }
 
-// A WaitReporter is a Conn that can tell whether its last ReadBatch waited for a datagram. The device's receive
-// loop yields its processor to the Go scheduler only when it has not waited for a while: see
+// A WaitReporter is a Conn that can tell whether its last ReadBatch waited for a datagram. The device's
+// receive loop gives the Go scheduler a turn only when its reads have not waited for a while: see
 // datapath's shard.yield.
 type WaitReporter interface {
 	// Waited reports whether the last ReadBatch found nothing queued and waited. Only the goroutine
