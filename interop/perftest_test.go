@@ -365,6 +365,10 @@ var perftestRDMACMCases = []perftestCase{
 	{test: "write_bw", flags: "-R -m 1024", size: 65536, iters: 30},
 	{test: "read_bw", flags: "-R -m 1024", size: 65536, iters: 20},
 	{test: "send_lat", flags: "-R -m 1024", size: 64, iters: 50},
+	// Several QPs (one rdma_cm connection each), both directions, and a timed run over rdma_cm.
+	{test: "write_bw", flags: "-R -q 2 -m 1024", size: 65536, iters: 30, qps: 2},
+	{test: "send_bw", flags: "-R -b -m 1024", size: 16384, iters: 30},
+	{test: "write_bw", flags: "-R -D 2 -m 1024", size: 16384, timed: true},
 }
 
 // TestPerftestRDMACM: goroce perf -R in both roles against ib_<test> -R.
