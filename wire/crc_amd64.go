@@ -4,8 +4,9 @@ package wire
 
 import "golang.org/x/sys/cpu"
 
-// haveFold4 reports that fold4 can run: AVX-512 with its carry-less multiply, enabled by the OS.
-var haveFold4 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VPCLMULQDQ
+// haveFold4 reports that fold4 can run: AVX-512 (F, and VL for its 128-bit VPTERNLOGD) with its
+// carry-less multiply, enabled by the OS (x/sys/cpu checks XCR0).
+var haveFold4 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ
 
 // fold4Min is the shortest payload fold4 pays for (BenchmarkUpdateIEEE).
 const fold4Min = 512
