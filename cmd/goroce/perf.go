@@ -221,7 +221,7 @@ func printPerfReport(w io.Writer, rep *perf.Report) {
 					summaryString(rep, s.ID, perf.CPUPerRTT, "%.1f"), packetsString(rep, s)})
 			default:
 				thr = append(thr, []string{s.Title, summaryString(rep, s.ID, perf.Gbps, "%.2f"), summaryString(rep, s.ID, perf.CPUPerGB, "%.3f"),
-					allocsString(rep, s), retransString(rep, s)})
+					busyString(rep, s), allocsString(rep, s), retransString(rep, s)})
 			}
 		}
 		if len(thr)+len(rtt) == 0 {
@@ -229,7 +229,7 @@ func printPerfReport(w io.Writer, rep *perf.Report) {
 		}
 		fmt.Fprintf(w, "\n== %s\n", sec.title)
 		if len(thr) > 0 {
-			printTable(w, append([][]string{{"throughput", "Gb/s of payload", "CPU s/GB", "allocs/packet", "retransmissions"}}, thr...))
+			printTable(w, append([][]string{{"throughput", "Gb/s of payload", "CPU s/GB", "CPUs busy", "allocs/packet", "retransmissions"}}, thr...))
 		}
 		if len(rtt) > 0 {
 			printTable(w, append([][]string{{"round trips", "RTT p50, us", "RTT p99, us", "CPU us/RTT", "packets/round trip"}}, rtt...))
@@ -286,6 +286,8 @@ Gb/s of payload: goroce messages completed at the sender, TCP bytes written, raw
 CPU s/GB, CPU us/RTT: CPU time (user and system) both processes used per 10^9 bytes of payload, or per
   round trip: this process's over the timed interval or pings, the child's from their start to the
   stop. Another tenant's load on the machine takes throughput away; it moves these much less.
+CPUs busy: CPU time over the timed interval, median over the runs: this process / the child (in one
+  process, this process's). Near 1 for a side whose one goroutine bounds the stream.
 allocs/packet: heap allocations per packet the goroce device sent or received, median over the runs:
   this process in the timed interval / the child from the interval's start to the stop. In one
   process: per packet of device A, both devices' allocations counted.
@@ -343,6 +345,26 @@ func summaryString(rep *perf.Report, id string, m perf.Metric, format string) st
 		return "not run"
 	}
 	return formatSummary(rep.Summary(id, m), format, rep.Config.Runs)
+}
+
+// busyString gives the median CPUs each process kept busy in s's runs: "this / child" across two
+// processes, this process's alone in one.
+func busyString(rep *perf.Report, s perf.Spec) string {
+	if !ran(rep, s.ID) {
+		return "-"
+	}
+	self := rep.Summary(s.ID, perf.Busy)
+	if self.N == 0 {
+		return "-"
+	}
+	if !s.Kind.TwoProcess() {
+		return fmt.Sprintf("%.2f", self.Median)
+	}
+	peer := rep.Summary(s.ID, perf.PeerBusy)
+	if peer.N == 0 {
+		return fmt.Sprintf("%.2f / -", self.Median)
+	}
+	return fmt.Sprintf("%.2f / %.2f", self.Median, peer.Median)
 }
 
 // formatSummary writes "median [min-max]", and how many runs count when some did not.

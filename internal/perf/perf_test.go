@@ -413,21 +413,33 @@ func TestCPUFigures(t *testing.T) {
 	}
 	self := cpuSpan{t0: time.Second, t1: 3 * time.Second, begun: true}
 	for _, c := range []struct {
-		self *cpuSpan
-		peer *PeerReport
-		want time.Duration
+		self                     *cpuSpan
+		peer                     *PeerReport
+		want, wantSelf, wantPeer time.Duration
 	}{
-		{&self, nil, 2 * time.Second},
-		{&self, &PeerReport{CPU: time.Second}, 3 * time.Second},
-		{&self, &PeerReport{}, 0},                       // the child measured nothing
-		{&cpuSpan{}, &PeerReport{CPU: time.Second}, 0},  // this process measured nothing
-		{&cpuSpan{t0: -1, t1: -1, begun: true}, nil, 0}, // the clock could not be read
+		{&self, nil, 2 * time.Second, 2 * time.Second, 0},
+		{&self, &PeerReport{CPU: time.Second}, 3 * time.Second, 2 * time.Second, time.Second},
+		{&self, &PeerReport{}, 0, 0, 0},                       // the child measured nothing
+		{&cpuSpan{}, &PeerReport{CPU: time.Second}, 0, 0, 0},  // this process measured nothing
+		{&cpuSpan{t0: -1, t1: -1, begun: true}, nil, 0, 0, 0}, // the clock could not be read
 	} {
 		var r Result
 		r.setCPU(c.self, c.peer)
-		if r.CPU != c.want {
-			t.Errorf("self %+v, peer %+v: CPU %v, want %v", *c.self, c.peer, r.CPU, c.want)
+		if r.CPU != c.want || r.SelfCPU != c.wantSelf || r.PeerCPU != c.wantPeer {
+			t.Errorf("self %+v, peer %+v: CPU %v (self %v, child %v), want %v (%v, %v)", *c.self, c.peer,
+				r.CPU, r.SelfCPU, r.PeerCPU, c.want, c.wantSelf, c.wantPeer)
 		}
+	}
+	// CPUs busy: each side's CPU time over the interval.
+	busy := Result{SelfCPU: 1500 * time.Millisecond, PeerCPU: 500 * time.Millisecond, Elapsed: 2 * time.Second}
+	if v := Busy.of(busy); v != 0.75 {
+		t.Errorf("CPUs busy %v, want 0.75", v)
+	}
+	if v := PeerBusy.of(busy); v != 0.25 {
+		t.Errorf("child's CPUs busy %v, want 0.25", v)
+	}
+	if v := PeerBusy.of(Result{SelfCPU: time.Second, Elapsed: time.Second}); !math.IsNaN(v) {
+		t.Errorf("child's CPUs busy in one process: %v, want NaN", v)
 	}
 	if runtime.GOOS == "linux" {
 		var c cpuSpan

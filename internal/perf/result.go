@@ -36,6 +36,8 @@ type Result struct {
 	// figure on a loaded machine: another tenant's load takes throughput away, not CPU time per
 	// byte.
 	CPU time.Duration
+	// SelfCPU and PeerCPU are CPU's two parts: this process's, and the child's (0 in one process).
+	SelfCPU, PeerCPU time.Duration
 
 	// Retransmissions counts the go-back-N retransmissions goroce started, both sides.
 	Retransmissions uint64
@@ -152,12 +154,14 @@ func (c *cpuSpan) used() time.Duration {
 // mark to its stop when peer reports it (nil: a run in one process). Where either is unknown the
 // run has no CPU figure.
 func (r *Result) setCPU(self *cpuSpan, peer *PeerReport) {
-	r.CPU = self.used()
+	r.CPU, r.SelfCPU, r.PeerCPU = 0, 0, 0
+	used := self.used()
+	if used <= 0 || (peer != nil && peer.CPU <= 0) {
+		return
+	}
+	r.CPU, r.SelfCPU = used, used
 	if peer != nil {
-		if peer.CPU <= 0 {
-			r.CPU = 0
-		} else if r.CPU > 0 {
-			r.CPU += peer.CPU
-		}
+		r.PeerCPU = peer.CPU
+		r.CPU += peer.CPU
 	}
 }

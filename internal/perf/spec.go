@@ -295,6 +295,13 @@ const (
 	CPUPerGB
 	// CPUPerRTT is the CPU time both processes used per round trip, microseconds.
 	CPUPerRTT
+	// Busy is how many CPUs this process kept busy over a throughput run's interval: Result.SelfCPU
+	// over Result.Elapsed. In a two-process run it is the sending side's share, and near 1 when one
+	// goroutine's work bounds the stream.
+	Busy
+	// PeerBusy is Busy for the child: Result.PeerCPU over Result.Elapsed (its span runs from the
+	// interval's start to the stop, a few milliseconds more).
+	PeerBusy
 )
 
 // String returns the metric's short name.
@@ -310,6 +317,10 @@ func (m Metric) String() string {
 		return "CPU s/GB"
 	case CPUPerRTT:
 		return "CPU us/RTT"
+	case Busy:
+		return "CPUs busy"
+	case PeerBusy:
+		return "child's CPUs busy"
 	}
 	return fmt.Sprintf("Metric(%d)", uint8(m))
 }
@@ -331,6 +342,14 @@ func (m Metric) of(r Result) float64 {
 	case CPUPerRTT:
 		if r.Pings > 0 {
 			v = float64(r.CPU) / float64(time.Microsecond) / float64(r.Pings)
+		}
+	case Busy:
+		if r.Elapsed > 0 {
+			v = r.SelfCPU.Seconds() / r.Elapsed.Seconds()
+		}
+	case PeerBusy:
+		if r.Elapsed > 0 {
+			v = r.PeerCPU.Seconds() / r.Elapsed.Seconds()
 		}
 	}
 	if v <= 0 {
