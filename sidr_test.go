@@ -161,15 +161,21 @@ func TestUDManualAccept(t *testing.T) {
 			t.Errorf("a second answer: %v", err)
 		}
 	}
-	go answer(false)
+	// Each answer runs in a goroutine of its own, and the test waits for it before going on: its
+	// second answer must meet the request answered, not the listener closed below.
+	answered := make(chan struct{})
+	go func() { defer close(answered); answer(false) }()
 	_, err = p.client.ResolveUD(ctx, l.Addr().String(), &goroce.UDOptions{PrivateData: []byte("may I")})
+	<-answered
 	var se *goroce.SIDRError
 	if !errors.Is(err, goroce.ErrConnRefused) || !errors.As(err, &se) || se.Status != goroce.SIDRReject ||
 		!bytes.HasPrefix(se.PrivateData, []byte("no")) {
 		t.Fatalf("ResolveUD of a refused request: %v", err)
 	}
-	go answer(true)
+	answered = make(chan struct{})
+	go func() { defer close(answered); answer(true) }()
 	s, err := p.client.ResolveUD(ctx, l.Addr().String(), &goroce.UDOptions{PrivateData: []byte("may I")})
+	<-answered
 	ok(t, err)
 	if s.QPN != srv.qp.QPN() || !bytes.HasPrefix(s.PrivateData, []byte("yes")) {
 		t.Fatalf("resolved %+v", s)
