@@ -31,6 +31,13 @@ DATA k128<>+0(SB)/8, $0x1751997d0
 DATA k128<>+8(SB)/8, $0x0ccaa009e
 GLOBL k128<>(SB), RODATA, $16
 
+// FOLD sets A to A carried across the distance the constants K are for, plus B: the carry-less
+// products of A's low and high quadwords (in each 128-bit lane) with K's, XORed with B. T is scratch.
+#define FOLD(K, A, T, B) \
+	VPCLMULQDQ $0x11, K, A, T \
+	VPCLMULQDQ $0x00, K, A, A \
+	VPTERNLOGD $0x96, B, T, A
+
 // func fold4(state uint32, p []byte, rest *[16]byte)
 TEXT ·fold4(SB), NOSPLIT, $0-40
 	MOVL state+0(FP), AX
@@ -59,18 +66,10 @@ loop:
 	VMOVDQU64  64(SI), Z12
 	VMOVDQU64  128(SI), Z13
 	VMOVDQU64  192(SI), Z14
-	VPCLMULQDQ $0x11, Z0, Z1, Z5
-	VPCLMULQDQ $0x00, Z0, Z1, Z1
-	VPCLMULQDQ $0x11, Z0, Z2, Z6
-	VPCLMULQDQ $0x00, Z0, Z2, Z2
-	VPCLMULQDQ $0x11, Z0, Z3, Z7
-	VPCLMULQDQ $0x00, Z0, Z3, Z3
-	VPCLMULQDQ $0x11, Z0, Z4, Z8
-	VPCLMULQDQ $0x00, Z0, Z4, Z4
-	VPTERNLOGD $0x96, Z11, Z5, Z1
-	VPTERNLOGD $0x96, Z12, Z6, Z2
-	VPTERNLOGD $0x96, Z13, Z7, Z3
-	VPTERNLOGD $0x96, Z14, Z8, Z4
+	FOLD(Z0, Z1, Z5, Z11)
+	FOLD(Z0, Z2, Z6, Z12)
+	FOLD(Z0, Z3, Z7, Z13)
+	FOLD(Z0, Z4, Z8, Z14)
 	ADDQ       $256, SI
 	SUBQ       $256, CX
 	CMPQ       CX, $256
@@ -78,31 +77,19 @@ loop:
 
 reduce:
 	// Fold the registers into the last, each across 512 bits onto the next.
-	VMOVDQU64  k512<>+0(SB), Z0
-	VPCLMULQDQ $0x11, Z0, Z1, Z5
-	VPCLMULQDQ $0x00, Z0, Z1, Z1
-	VPTERNLOGD $0x96, Z2, Z5, Z1
-	VPCLMULQDQ $0x11, Z0, Z1, Z5
-	VPCLMULQDQ $0x00, Z0, Z1, Z1
-	VPTERNLOGD $0x96, Z3, Z5, Z1
-	VPCLMULQDQ $0x11, Z0, Z1, Z5
-	VPCLMULQDQ $0x00, Z0, Z1, Z1
-	VPTERNLOGD $0x96, Z4, Z5, Z1
+	VMOVDQU64 k512<>+0(SB), Z0
+	FOLD(Z0, Z1, Z5, Z2)
+	FOLD(Z0, Z1, Z5, Z3)
+	FOLD(Z0, Z1, Z5, Z4)
 
 	// Then its four 128-bit lanes, each across 128 bits onto the next.
 	VEXTRACTI32X4 $1, Z1, X2
 	VEXTRACTI32X4 $2, Z1, X3
 	VEXTRACTI32X4 $3, Z1, X4
 	VMOVDQU       k128<>+0(SB), X0
-	VPCLMULQDQ    $0x11, X0, X1, X5
-	VPCLMULQDQ    $0x00, X0, X1, X1
-	VPTERNLOGD    $0x96, X2, X5, X1
-	VPCLMULQDQ    $0x11, X0, X1, X5
-	VPCLMULQDQ    $0x00, X0, X1, X1
-	VPTERNLOGD    $0x96, X3, X5, X1
-	VPCLMULQDQ    $0x11, X0, X1, X5
-	VPCLMULQDQ    $0x00, X0, X1, X1
-	VPTERNLOGD    $0x96, X4, X5, X1
+	FOLD(X0, X1, X5, X2)
+	FOLD(X0, X1, X5, X3)
+	FOLD(X0, X1, X5, X4)
 	VMOVDQU       X1, (DI)
 	VZEROUPPER
 	RET
