@@ -11,8 +11,8 @@ import "hash/crc32"
 // sender, checked by the receiver), is the largest cost a 4 KiB packet has after the kernel's. Four
 // independent registers, each folded across 256 bytes, keep the multiplier busy. The fold leaves 16
 // bytes congruent to everything before them (the CRC register over them, from zero, is the register
-// over all of it); smallUpdate's slicing tables finish them, and hash/crc32 the bytes after. Intel, "Fast
-// CRC Computation for Generic Polynomials Using PCLMULQDQ Instruction" (2009), folding.
+// over all of it); smallUpdate's slicing tables finish them, and hash/crc32 the bytes after. Intel,
+// "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ Instruction" (2009), folding.
 func updateIEEE(crc uint32, p []byte) uint32 {
 	if !haveFold4 || len(p) < fold4Min {
 		return crc32.Update(crc, crc32.IEEETable, p)
