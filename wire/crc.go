@@ -1,30 +1,44 @@
 package wire
 
-import "hash/crc32"
+import "encoding/binary"
 
-// updateIEEE is crc32.Update(crc, crc32.IEEETable, p), faster on long p where the CPU can fold four
-// 512-bit lanes at once (crc_amd64.s).
+// The ICRC's CRC-32 by carry-less multiplication, where the CPU has it (foldCRC, crc_amd64.s).
 //
 // hash/crc32's AVX-512 loop folds one 512-bit register, a dependency chain of a carry-less multiply
-// and a three-way XOR for every 64 bytes: 33-37 GB/s for 4 KiB on this project's machines, against
-// 50-54 GB/s here (BenchmarkUpdateIEEE); and the ICRC, computed twice per packet (sealed by the
-// sender, checked by the receiver), is the largest cost a 4 KiB packet has after the kernel's. Four
-// independent registers, each folded across 256 bytes, keep the multiplier busy. The fold leaves 16
-// bytes congruent to everything before them (the CRC register over them, from zero, is the register
-// over all of it); smallUpdate's slicing tables finish them, and hash/crc32 the bytes after. Intel,
-// "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ Instruction" (2009), folding.
-func updateIEEE(crc uint32, p []byte) uint32 {
-	if !haveFold4 || len(p) < fold4Min {
-		return crc32.Update(crc, crc32.IEEETable, p)
-	}
-	n := len(p) &^ (fold4Block - 1)
-	var rest [16]byte
-	fold4(^crc, p[:n], &rest)
-	// smallUpdate pre- and post-inverts as crc32.Update does: starting it from all ones starts the
-	// register at zero. (Not crc32.Update: rest would escape to the heap through it.)
-	crc = smallUpdate(0xFFFFFFFF, rest[:])
-	return crc32.Update(crc, crc32.IEEETable, p[n:])
-}
+// and a three-way XOR for every 64 bytes: 33-37 GB/s for 4 KiB on this project's machines. foldCRC
+// folds four registers 256 bytes apart, which keeps the multiplier busy. And it takes a packet's
+// masked headers, the first 48 bytes or more of the ICRC's input, as 16-byte blocks in registers:
+// through slicing tables they cost as much as the 4 KiB fold itself once the copies of the payload
+// have pushed the tables out of the cache (perf, a one-QP WRITE stream). Intel, "Fast CRC
+// Computation for Generic Polynomials Using PCLMULQDQ Instruction" (2009): folding, and Barrett's
+// reduction at the end.
+//
+// foldCRC starts from a zero register and takes whole 16-byte blocks. Two facts fit any input to
+// that. Zero bytes leave a zero register at zero, so a head may start with zeros that round it up to
+// whole blocks. And for this reflected CRC, a register r before bytes b gives what a zero register
+// gives before b with r XORed into b's first four bytes, so the starting register goes into the
+// head's first bytes of input.
 
-// fold4Block is what one round of fold4 consumes: four 64-byte lanes.
-const fold4Block = 256
+// foldICRCMin is the shortest rest (the packet after its BTH) ComputeICRC gives foldCRC: below it
+// the slicing tables are faster while they are in the cache, as in a ping-pong (BenchmarkICRC).
+const foldICRCMin = 32
+
+// foldHeadMax bounds the head foldedICRC builds: zeros, the LRH's 8 bytes, the masked headers and
+// the bytes of the rest beyond whole blocks.
+const foldHeadMax = 15 + 8 + maxMaskedLen + 15
+
+// foldedICRC is ComputeICRC by foldCRC: the ICRC over the LRH's eight masked bytes, the masked
+// headers pre and rest, the packet after its BTH.
+func foldedICRC(pre, rest []byte) uint32 {
+	var buf [foldHeadMax]byte
+	k := len(rest) % 16
+	n := 8 + len(pre) + k
+	head := buf[:16*((n+15)/16)]
+	lrh := head[len(head)-n:]
+	// The LRH's eight bytes of all ones, the first four XORed with the CRC's starting register, also
+	// all ones.
+	binary.LittleEndian.PutUint32(lrh[4:], 0xFFFFFFFF)
+	copy(lrh[8:], pre)
+	copy(lrh[8+len(pre):], rest[:k])
+	return ^foldCRC(head, rest[k:])
+}

@@ -4,16 +4,13 @@ package wire
 
 import "golang.org/x/sys/cpu"
 
-// haveFold4 reports that fold4 can run: AVX-512 (F, and VL for its 128-bit VPTERNLOGD) with its
+// haveFold reports that foldCRC can run: AVX-512 (F, and VL for its 128-bit VPTERNLOGD) with its
 // carry-less multiply, enabled by the OS (x/sys/cpu checks XCR0).
-var haveFold4 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ
+var haveFold = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ
 
-// fold4Min is the shortest payload fold4 pays for (BenchmarkUpdateIEEE).
-const fold4Min = 512
-
-// fold4 folds p, whose length is a non-zero multiple of fold4Block, into the 16 bytes of rest, the
-// CRC register state merged into p's first four bytes: the CRC register over rest from zero is then
-// the register over p from state.
+// foldCRC returns the CRC register (not inverted) over head and then p, starting from zero. len(head)
+// is a non-zero multiple of 16, len(p) a multiple of 16. p takes four 512-bit registers 256 bytes apart
+// when it has 512 bytes or more; the head and the rest go one 16-byte block at a time.
 //
 //go:noescape
-func fold4(state uint32, p []byte, rest *[16]byte)
+func foldCRC(head, p []byte) uint32

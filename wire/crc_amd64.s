@@ -6,7 +6,7 @@
 // x^(D+32) mod P and x^(D-32) mod P, bit-reflected and shifted left by one, for a fold across D bits.
 // Every 128-bit lane of a 512-bit register takes the same pair, so those tables hold it four times.
 // D = 2048: four registers, 256 bytes apart. D = 512: one register onto the next (hash/crc32's r2r1).
-// D = 128: one lane onto the next.
+// D = 128: one lane onto the next, or a 16-byte block onto the next.
 DATA k2048<>+0(SB)/8, $0x11542778a
 DATA k2048<>+8(SB)/8, $0x1322d1430
 DATA k2048<>+16(SB)/8, $0x11542778a
@@ -38,51 +38,77 @@ GLOBL k128<>(SB), RODATA, $16
 	VPCLMULQDQ $0x00, K, A, A \
 	VPTERNLOGD $0x96, B, T, A
 
-// func fold4(state uint32, p []byte, rest *[16]byte)
-TEXT ·fold4(SB), NOSPLIT, $0-40
-	MOVL state+0(FP), AX
-	MOVQ p_base+8(FP), SI
-	MOVQ p_len+16(FP), CX
-	MOVQ rest+32(FP), DI
+// The constants of the final reduction, for the bit-reflected polynomial as above: x^64 mod P
+// (128 bits to 64), and Barrett's P and floor(x^64 / P). Intel's paper, section 4.
+DATA k64<>+0(SB)/8, $0x163cd6124
+GLOBL k64<>(SB), RODATA, $8
 
-	// The first 256 bytes, the state merged into the first four.
-	VMOVDQU64 (SI), Z1
-	VMOVDQU64 64(SI), Z2
-	VMOVDQU64 128(SI), Z3
-	VMOVDQU64 192(SI), Z4
-	VPXORQ    Z10, Z10, Z10
-	VMOVD     AX, X10
-	VPXORQ    Z10, Z1, Z1
-	ADDQ      $256, SI
-	SUBQ      $256, CX
-	VMOVDQU64 k2048<>+0(SB), Z0
-	CMPQ      CX, $256
-	JL        reduce
+DATA barrett<>+0(SB)/8, $0x1db710641
+DATA barrett<>+8(SB)/8, $0x1f7011641
+GLOBL barrett<>(SB), RODATA, $16
+
+// func foldCRC(head []byte, p []byte) uint32
+TEXT ·foldCRC(SB), NOSPLIT, $0-52
+	MOVQ head_base+0(FP), SI
+	MOVQ head_len+8(FP), CX
+	MOVQ p_base+24(FP), DI
+	MOVQ p_len+32(FP), DX
+	VMOVDQU k128<>+0(SB), X0
+
+	// The head, one 16-byte block onto the next, into X1.
+	VMOVDQU (SI), X1
+	ADDQ    $16, SI
+	SUBQ    $16, CX
+
+head:
+	CMPQ    CX, $16
+	JL      body
+	VMOVDQU (SI), X2
+	FOLD(X0, X1, X5, X2)
+	ADDQ    $16, SI
+	SUBQ    $16, CX
+	JMP     head
+
+body:
+	CMPQ DX, $512
+	JL   tail
+
+	// Four registers over p's 256-byte blocks. The first takes X1 carried across 128 bits, onto the
+	// first 16 bytes of p; VEX encoding clears the upper lanes of Z6.
+	VPCLMULQDQ $0x11, X0, X1, X5
+	VPCLMULQDQ $0x00, X0, X1, X6
+	VPXOR      X5, X6, X6
+	VMOVDQU64  (DI), Z1
+	VMOVDQU64  64(DI), Z2
+	VMOVDQU64  128(DI), Z3
+	VMOVDQU64  192(DI), Z4
+	VPXORQ     Z6, Z1, Z1
+	ADDQ       $256, DI
+	SUBQ       $256, DX
+	VMOVDQU64  k2048<>+0(SB), Z0
 
 	PCALIGN $16
-loop:
+lanes:
 	// Each register, multiplied across 2048 bits, plus the next 64 bytes of its lane.
-	VMOVDQU64  (SI), Z11
-	VMOVDQU64  64(SI), Z12
-	VMOVDQU64  128(SI), Z13
-	VMOVDQU64  192(SI), Z14
+	VMOVDQU64 (DI), Z11
+	VMOVDQU64 64(DI), Z12
+	VMOVDQU64 128(DI), Z13
+	VMOVDQU64 192(DI), Z14
 	FOLD(Z0, Z1, Z5, Z11)
 	FOLD(Z0, Z2, Z6, Z12)
 	FOLD(Z0, Z3, Z7, Z13)
 	FOLD(Z0, Z4, Z8, Z14)
-	ADDQ       $256, SI
-	SUBQ       $256, CX
-	CMPQ       CX, $256
-	JGE        loop
+	ADDQ      $256, DI
+	SUBQ      $256, DX
+	CMPQ      DX, $256
+	JGE       lanes
 
-reduce:
-	// Fold the registers into the last, each across 512 bits onto the next.
-	VMOVDQU64 k512<>+0(SB), Z0
+	// Fold the registers into the first, each across 512 bits onto the next; then its four 128-bit
+	// lanes, each across 128 bits onto the next.
+	VMOVDQU64     k512<>+0(SB), Z0
 	FOLD(Z0, Z1, Z5, Z2)
 	FOLD(Z0, Z1, Z5, Z3)
 	FOLD(Z0, Z1, Z5, Z4)
-
-	// Then its four 128-bit lanes, each across 128 bits onto the next.
 	VEXTRACTI32X4 $1, Z1, X2
 	VEXTRACTI32X4 $2, Z1, X3
 	VEXTRACTI32X4 $3, Z1, X4
@@ -90,6 +116,41 @@ reduce:
 	FOLD(X0, X1, X5, X2)
 	FOLD(X0, X1, X5, X3)
 	FOLD(X0, X1, X5, X4)
-	VMOVDQU       X1, (DI)
+
+tail:
+	// What is left of p, 16 bytes at a time.
+	CMPQ    DX, $16
+	JL      reduce
+	VMOVDQU (DI), X2
+	FOLD(X0, X1, X5, X2)
+	ADDQ    $16, DI
+	SUBQ    $16, DX
+	JMP     tail
+
+reduce:
+	// 128 bits to 96: the low quadword across 64 bits onto the high one.
+	VPCLMULQDQ $0x10, X0, X1, X2
+	VPSRLDQ    $8, X1, X1
+	VPXOR      X2, X1, X1
+
+	// 96 bits to 64: the low doubleword across 64 bits onto the rest. X3 keeps the low doubleword
+	// of each quadword.
+	VPCMPEQB   X3, X3, X3
+	VPSRLQ     $32, X3, X3
+	VMOVQ      k64<>+0(SB), X0
+	VPSRLDQ    $4, X1, X2
+	VPAND      X3, X1, X1
+	VPCLMULQDQ $0x00, X0, X1, X1
+	VPXOR      X2, X1, X1
+
+	// Barrett: the remainder of the 64 bits modulo P lands in the second doubleword.
+	VMOVDQU    barrett<>+0(SB), X0
+	VPAND      X3, X1, X2
+	VPCLMULQDQ $0x10, X0, X2, X2
+	VPAND      X3, X2, X2
+	VPCLMULQDQ $0x00, X0, X2, X2
+	VPXOR      X1, X2, X2
+	VPEXTRD    $1, X2, AX
+	MOVL       AX, ret+48(FP)
 	VZEROUPPER
 	RET

@@ -2,9 +2,6 @@
 
 package wire
 
-const (
-	haveFold4 = false
-	fold4Min  = 0
-)
+const haveFold = false
 
-func fold4(uint32, []byte, *[16]byte) { panic("wire: fold4 without AVX-512") }
+func foldCRC(head, p []byte) uint32 { panic("wire: foldCRC without AVX-512") }

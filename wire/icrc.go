@@ -27,11 +27,12 @@ const UDPPort = 4791
 // captures and against Linux rxe_icrc.c, which seeds its CRC with 0xdebb20e3, the CRC state after the
 // eight masked LRH bytes.
 //
-// The headers (at most 60+8+12 bytes) are copied into a stack array, masked there and run through a
-// small slicing-by-16 CRC of this package's own: hash/crc32's fast paths are reached through function
-// values, which would make the stack array escape and allocate. A payload of 64 bytes or more, the bulk
-// of the work, goes through hash/crc32's hardware-assisted path; a shorter one (an ACK's AETH, a small
-// SEND) through the same slicing loop. Computing an ICRC never allocates.
+// The headers (at most 60+8+12 bytes) are copied into a stack array and masked there. Where the CPU
+// folds with AVX-512's carry-less multiply, they go with the rest of the packet into foldCRC (see
+// crc.go), unless that rest is short. Elsewhere, and for a short rest (an ACK's AETH, a small SEND),
+// they run through a small slicing-by-16 CRC of this package's own (hash/crc32's fast paths are
+// reached through function values, which would make the stack array escape and allocate), and a rest
+// of 64 bytes or more through hash/crc32's hardware-assisted path. Computing an ICRC never allocates.
 
 // maxMaskedLen is the largest masked prefix: an IPv4 header with options, UDP and BTH.
 const maxMaskedLen = 60 + UDPHeaderLen + BTHLen
@@ -130,10 +131,13 @@ func ComputeICRC(ip, udp, pkt []byte) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	crc := smallUpdate(lrhCRC, buf[:n])
 	rest := pkt[BTHLen:]
+	if haveFold && len(rest) >= foldICRCMin {
+		return foldedICRC(buf[:n], rest), nil
+	}
+	crc := smallUpdate(lrhCRC, buf[:n])
 	if len(rest) >= clmulMin {
-		return updateIEEE(crc, rest), nil
+		return crc32.Update(crc, crc32.IEEETable, rest), nil
 	}
 	return smallUpdate(crc, rest), nil
 }
