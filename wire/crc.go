@@ -1,6 +1,9 @@
 package wire
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"hash/crc32"
+)
 
 // The ICRC's CRC-32 by carry-less multiplication, where the CPU has it (foldCRC, crc_amd64.s).
 //
@@ -23,22 +26,46 @@ import "encoding/binary"
 // the slicing tables are faster while they are in the cache, as in a ping-pong (BenchmarkICRC).
 const foldICRCMin = 32
 
-// foldHeadMax bounds the head foldedICRC builds: zeros, the LRH's 8 bytes, the masked headers and
-// the bytes of the rest beyond whole blocks.
-const foldHeadMax = 15 + 8 + maxMaskedLen + 15
+// updateIEEE is crc32.Update(crc, crc32.IEEETable, p), by foldCRC where the CPU has it and p is long
+// enough to pay for the head it needs.
+func updateIEEE(crc uint32, p []byte) uint32 {
+	if !haveFold || len(p) < 64 {
+		return crc32.Update(crc, crc32.IEEETable, p)
+	}
+	// The head is p's bytes beyond whole blocks, at least four of them to take the register.
+	k := len(p) % 16
+	if k < 4 {
+		k += 16
+	}
+	var buf [32]byte
+	head := buf[:16*((k+15)/16)]
+	at := len(head) - k
+	copy(head[at:], p[:k])
+	binary.LittleEndian.PutUint32(head[at:], binary.LittleEndian.Uint32(head[at:])^^crc)
+	return ^foldCRC(head, p[k:])
+}
 
-// foldedICRC is ComputeICRC by foldCRC: the ICRC over the LRH's eight masked bytes, the masked
-// headers pre and rest, the packet after its BTH.
-func foldedICRC(pre, rest []byte) uint32 {
+// maxFoldExt bounds the extension headers foldedICRC takes with the masked headers: RETH and
+// immediate data are 20 bytes, an atomic request's 28.
+const maxFoldExt = 32
+
+// foldHeadMax bounds the head foldedICRC builds: zeros, the LRH's 8 bytes, the masked headers, the
+// extension headers and the bytes of the rest beyond whole blocks.
+const foldHeadMax = 15 + 8 + maxMaskedLen + maxFoldExt + 15
+
+// foldedICRC returns the ICRC, by foldCRC, over the LRH's eight masked bytes, the masked headers pre,
+// ext (at most maxFoldExt bytes) and rest.
+func foldedICRC(pre, ext, rest []byte) uint32 {
 	var buf [foldHeadMax]byte
 	k := len(rest) % 16
-	n := 8 + len(pre) + k
+	n := 8 + len(pre) + len(ext) + k
 	head := buf[:16*((n+15)/16)]
 	lrh := head[len(head)-n:]
 	// The LRH's eight bytes of all ones, the first four XORed with the CRC's starting register, also
 	// all ones.
 	binary.LittleEndian.PutUint32(lrh[4:], 0xFFFFFFFF)
-	copy(lrh[8:], pre)
-	copy(lrh[8+len(pre):], rest[:k])
+	m := 8 + copy(lrh[8:], pre)
+	m += copy(lrh[m:], ext)
+	copy(lrh[m:], rest[:k])
 	return ^foldCRC(head, rest[k:])
 }

@@ -7,25 +7,6 @@ import (
 	"testing"
 )
 
-// updateIEEE is crc32.Update(crc, crc32.IEEETable, p) by foldCRC, which the tests below check
-// against hash/crc32 from any starting register and at any length.
-func updateIEEE(crc uint32, p []byte) uint32 {
-	if !haveFold || len(p) < 16 {
-		return crc32.Update(crc, crc32.IEEETable, p)
-	}
-	// The head is p's bytes beyond whole blocks, at least four of them to take the register.
-	k := len(p) % 16
-	if k < 4 {
-		k += 16
-	}
-	var buf [32]byte
-	head := buf[:16*((k+15)/16)]
-	at := len(head) - k
-	copy(head[at:], p[:k])
-	binary.LittleEndian.PutUint32(head[at:], binary.LittleEndian.Uint32(head[at:])^^crc)
-	return ^foldCRC(head, p[k:])
-}
-
 // TestUpdateIEEE checks updateIEEE against hash/crc32 at every length to 4 KiB and beyond, from every
 // alignment modulo 64 and several starting values: foldCRC's head, its four lanes and their
 // reduction, the blocks after them, and Barrett's reduction at the end.
@@ -83,8 +64,55 @@ func TestFoldedICRC(t *testing.T) {
 			}
 			rest := buf[plen : plen+n]
 			want := crc32.Update(crc32.Update(lrhCRC, crc32.IEEETable, pre), crc32.IEEETable, rest)
-			if got := foldedICRC(pre, rest); got != want {
+			if got := foldedICRC(pre, nil, rest); got != want {
 				t.Fatalf("%d bytes of headers, %d after: %#x, want %#x", plen, n, got, want)
+			}
+		}
+	}
+}
+
+// TestSetICRCPieces checks that a packet sealed in parts gets the ICRC SetICRC gives it whole: for
+// headers with and without extensions, payloads of every length around the fold's thresholds and
+// past a full MTU, cut into one, two or three pieces, and pads of 0 to 3 bytes.
+func TestSetICRCPieces(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	ip := make([]byte, 20)
+	ip[0] = 0x45
+	udp := make([]byte, UDPHeaderLen)
+	for _, ext := range []int{0, 4, 16, 20, 28, 40} {
+		for _, n := range []int{1, 15, 16, 31, 32, 33, 63, 64, 100, 255, 256, 511, 512, 513, 1000, 1024, 4093, 4096, 4112} {
+			for _, cuts := range [][]int{nil, {n / 2}, {n / 3, 2 * n / 3}, {1}} {
+				if len(cuts) > 0 && cuts[0] == 0 {
+					continue
+				}
+				pad := (4 - n%4) % 4
+				pkt := make([]byte, BTHLen+ext+n+pad+ICRCLen)
+				for i := range BTHLen + ext + n {
+					pkt[i] = byte(r.Uint32())
+				}
+				head, payload := pkt[:BTHLen+ext], pkt[BTHLen+ext:BTHLen+ext+n]
+				var pieces [][]byte
+				at := 0
+				for _, c := range append(cuts, n) {
+					pieces = append(pieces, payload[at:c])
+					at = c
+				}
+				// The pieces are copies: SetICRCPieces must read them, not the packet's bytes.
+				for i := range pieces {
+					pieces[i] = append([]byte(nil), pieces[i]...)
+				}
+				if err := SetICRC(ip, udp, pkt); err != nil {
+					t.Fatal(err)
+				}
+				want := binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:])
+				clear(payload)
+				tail := pkt[BTHLen+ext+n:]
+				if err := SetICRCPieces(ip, udp, head, pieces, tail); err != nil {
+					t.Fatal(err)
+				}
+				if got := binary.LittleEndian.Uint32(tail[pad:]); got != want {
+					t.Fatalf("ext %d, payload %d in %d pieces: ICRC %#x, want %#x", ext, n, len(pieces), got, want)
+				}
 			}
 		}
 	}

@@ -133,7 +133,7 @@ func ComputeICRC(ip, udp, pkt []byte) (uint32, error) {
 	}
 	rest := pkt[BTHLen:]
 	if haveFold && len(rest) >= foldICRCMin {
-		return foldedICRC(buf[:n], rest), nil
+		return foldedICRC(buf[:n], nil, rest), nil
 	}
 	crc := smallUpdate(lrhCRC, buf[:n])
 	if len(rest) >= clmulMin {
@@ -154,6 +154,35 @@ func SetICRC(ip, udp, pkt []byte) error {
 		return err
 	}
 	binary.LittleEndian.PutUint32(pkt[n:], crc)
+	return nil
+}
+
+// SetICRCPieces is SetICRC for a packet held in parts: head, the BTH and the extension headers; the
+// payload's pieces, in order; and tail, the pad and the 4-byte ICRC field, where the ICRC goes. A
+// sender that hands the socket the payload where it lies, without copying it next to the headers,
+// seals the packet this way.
+func SetICRCPieces(ip, udp, head []byte, payload [][]byte, tail []byte) error {
+	if len(head) < BTHLen || len(tail) < ICRCLen {
+		return ErrTruncated
+	}
+	var buf [maxMaskedLen]byte
+	n, err := maskedPrefix(&buf, ip, udp, head)
+	if err != nil {
+		return err
+	}
+	ext, pad := head[BTHLen:], tail[:len(tail)-ICRCLen]
+	var crc uint32
+	if haveFold && len(payload) > 0 && len(payload[0]) >= foldICRCMin && len(ext) <= maxFoldExt {
+		crc = foldedICRC(buf[:n], ext, payload[0])
+		payload = payload[1:]
+	} else {
+		crc = smallUpdate(smallUpdate(lrhCRC, buf[:n]), ext)
+	}
+	for _, p := range payload {
+		crc = updateIEEE(crc, p)
+	}
+	crc = smallUpdate(crc, pad)
+	binary.LittleEndian.PutUint32(tail[len(pad):], crc)
 	return nil
 }
 
