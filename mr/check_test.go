@@ -142,6 +142,16 @@ func TestDataPathBoundaries(t *testing.T) {
 	if err := tb.ReadRemote(pd, f.wo.RKey(), 0x30000, dst); err != ErrPermission {
 		t.Fatalf("ReadRemote of write-only region: %v", err)
 	}
+	// ReadRemoteRef gives the region's own bytes, after the same checks.
+	if ref, err := tb.ReadRemoteRef(pd, key, 0x10000+4094, 2); err != nil || &ref[0] != &f.rwBuf[4094] || len(ref) != 2 || cap(ref) != 2 {
+		t.Fatalf("ReadRemoteRef last two bytes = %x (cap %d), %v; want the region's own", ref, cap(ref), err)
+	}
+	if _, err := tb.ReadRemoteRef(pd, key, 0x10000+4095, 2); err != ErrBounds {
+		t.Fatalf("ReadRemoteRef straddling the end: %v", err)
+	}
+	if _, err := tb.ReadRemoteRef(pd, f.wo.RKey(), 0x30000, 2); err != ErrPermission {
+		t.Fatalf("ReadRemoteRef of write-only region: %v", err)
+	}
 	if err := tb.WriteRemote(pd, f.ro.RKey(), 0x20000, dst); err != ErrPermission {
 		t.Fatalf("WriteRemote of read-only region: %v", err)
 	}

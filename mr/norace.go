@@ -5,5 +5,6 @@ package mr
 // raceGuard serializes a region's accesses under the race detector only (see race.go).
 type raceGuard struct{}
 
-func (*raceGuard) lock()   {}
-func (*raceGuard) unlock() {}
+func (*raceGuard) lock()       {}
+func (*raceGuard) unlock()     {}
+func (*raceGuard) read([]byte) {}

@@ -42,6 +42,19 @@ func (t *Table) ReadRemote(pd *PD, key wire.RKey, va uint64, dst []byte) error {
 	return nil
 }
 
+// ReadRemoteRef is ReadRemote without the copy: it returns the n bytes at va in the region key names,
+// the region's own memory, for an RDMA READ response sent by reference (see GatherRefs).
+func (t *Table) ReadRemoteRef(pd *PD, key wire.RKey, va uint64, n int) ([]byte, error) {
+	r, off, err := t.check(pd, uint32(key), true, va, uint64(n), RemoteRead)
+	if r == nil {
+		return nil, err
+	}
+	b := r.buf[off : off+n : off+n]
+	r.race.read(b)
+	r.mu.RUnlock()
+	return b, nil
+}
+
 // CompareSwap executes an atomic compare-and-swap on the 8 bytes at va in the region key names, for a
 // QP in pd: if the value equals compare it becomes swap. It returns the value before the operation. It
 // needs RemoteAtomic and an 8-byte aligned va; the value is in host byte order, as in rxe.

@@ -38,6 +38,47 @@ func (t *Table) Gather(pd *PD, sgl []SGE, offset uint64, dst []byte) error {
 	return t.sg(pd, sgl, offset, dst, 0)
 }
 
+// GatherRefs is Gather without the copy: it appends to refs the pieces of registered memory that hold
+// n bytes of the message sgl describes, starting offset bytes into it, one per element touched, and
+// returns the extended refs. The checks and errors are Gather's. The send path hands the pieces to the
+// socket, so that the kernel's copy is the only one; the pieces stay readable after the region is
+// deregistered (Go keeps the memory), and what they hold is whatever the memory holds when the kernel
+// copies it, as a NIC's DMA reads the memory when it sends.
+func (t *Table) GatherRefs(pd *PD, sgl []SGE, offset uint64, n int, refs [][]byte) ([][]byte, error) {
+	if n <= 0 {
+		return refs, nil
+	}
+	total := sgTotal(sgl)
+	if offset > total || uint64(n) > total-offset {
+		return refs, ErrLength
+	}
+	for i := range sgl {
+		if n == 0 {
+			break
+		}
+		s := &sgl[i]
+		if offset >= uint64(s.Length) {
+			offset -= uint64(s.Length)
+			continue
+		}
+		if _, ok := checkedEnd(s.Addr, uint64(s.Length)); !ok {
+			return refs, ErrBounds
+		}
+		k := min(uint64(s.Length)-offset, uint64(n))
+		r, off, err := t.check(pd, uint32(s.LKey), false, s.Addr+offset, k, 0)
+		if err != nil {
+			return refs, err
+		}
+		b := r.buf[off : off+int(k) : off+int(k)]
+		r.race.read(b)
+		r.mu.RUnlock()
+		refs = append(refs, b)
+		n -= int(k)
+		offset = 0
+	}
+	return refs, nil
+}
+
 // Scatter copies src into the buffer sgl describes, starting offset bytes into it: the receive path's
 // placement of one SEND packet's payload. Every element touched needs LocalWrite. It fails with
 // ErrLength if src does not fit, before writing anything; on a protection error the buffer is partly

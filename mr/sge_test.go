@@ -82,6 +82,10 @@ func TestScatterGather(t *testing.T) {
 			if err := tb.Gather(pd, f.sgl, uint64(off), dst); err != nil || !bytes.Equal(dst, whole[off:off+n]) {
 				t.Fatalf("Gather(off %d, %d bytes) = %q, %v", off, n, dst, err)
 			}
+			refs, err := tb.GatherRefs(pd, f.sgl, uint64(off), n, nil)
+			if got := bytes.Join(refs, nil); err != nil || !bytes.Equal(got, whole[off:off+n]) {
+				t.Fatalf("GatherRefs(off %d, %d bytes) = %q, %v", off, n, got, err)
+			}
 		}
 	}
 
@@ -114,6 +118,9 @@ func TestScatterGather(t *testing.T) {
 			err = tb.Scatter(tc.pd, tc.sgl, tc.off, buf)
 		} else {
 			err = tb.Gather(tc.pd, tc.sgl, tc.off, buf)
+			if _, rerr := tb.GatherRefs(tc.pd, tc.sgl, tc.off, tc.n, nil); rerr != err {
+				t.Errorf("%s: GatherRefs %v, Gather %v", tc.name, rerr, err)
+			}
 		}
 		if err != tc.err {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.err)
