@@ -90,6 +90,9 @@ type link struct {
 	bFree   time.Time
 	sent    int
 	resends []Resend // Tx.Resend of each ladder line
+	// byRef as in pairOpts; refPackets counts the packets built with payload pieces.
+	byRef      bool
+	refPackets int
 }
 
 type pairOpts struct {
@@ -105,6 +108,8 @@ type pairOpts struct {
 	skipConnecting bool
 	ackDelay       time.Duration
 	tailProbe      bool
+	// byRef builds packets with AppendPacketRefs, put back together as a datapath's socket does.
+	byRef bool
 }
 
 func defaultOpts() pairOpts {
@@ -114,7 +119,7 @@ func defaultOpts() pairOpts {
 }
 
 func newLink(t testing.TB, o pairOpts) *link {
-	l := &link{t: t, now: epoch, delay: time.Microsecond}
+	l := &link{t: t, now: epoch, delay: time.Microsecond, byRef: o.byRef}
 	l.a = newHost(t, "A", o.typ, 0x11, false)
 	l.b = newHost(t, "B", o.typ, 0x22, o.srq)
 	l.a.qp.cfg.AckDelay, l.b.qp.cfg.AckDelay = o.ackDelay, o.ackDelay
@@ -172,7 +177,23 @@ func (l *link) pump() bool {
 	any := false
 	for _, h := range []*host{l.a, l.b} {
 		for {
-			out, tx, ok := h.qp.AppendPacket(l.now, make([]byte, 0, 4200))
+			var out []byte
+			var tx Tx
+			var ok bool
+			if !l.byRef {
+				out, tx, ok = h.qp.AppendPacket(l.now, make([]byte, 0, 4200))
+			} else {
+				var refs [][]byte
+				out, refs, tx, ok = h.qp.AppendPacketRefs(l.now, make([]byte, 0, 4200), nil)
+				if len(refs) > 0 {
+					l.refPackets++
+					whole := append(bytes.Clone(out[:tx.PayloadAt]), bytes.Join(refs, nil)...)
+					out = append(whole, out[tx.PayloadAt:]...)
+				}
+				if ok && tx.PacketLen != len(out) {
+					l.t.Fatalf("%s: PacketLen %d of a %d-byte packet", h.name, tx.PacketLen, len(out))
+				}
+			}
 			if !ok {
 				break
 			}

@@ -52,12 +52,22 @@ func TestSendMultiPacket(t *testing.T) {
 	}
 }
 
-// Every opcode end to end, at every MTU, with data checked on both sides.
+// Every opcode end to end, at every MTU, with data checked on both sides; and again with packets
+// built by AppendPacketRefs, whose payloads of RefMin bytes or more leave as pieces of the regions:
+// the same packets on the wire.
 func TestEveryOpcodeEveryMTU(t *testing.T) {
+	ladders := map[string]string{}
+	for _, byRef := range []bool{false, true} {
+		testEveryOpcode(t, byRef, ladders)
+	}
+}
+
+func testEveryOpcode(t *testing.T, byRef bool, ladders map[string]string) {
 	for _, mtu := range []wire.MTU{wire.MTU256, wire.MTU512, wire.MTU1024, wire.MTU2048, wire.MTU4096} {
 		for _, size := range []int{0, 1, mtu.Bytes() - 1, mtu.Bytes(), mtu.Bytes() + 1, 3*mtu.Bytes() + 5} {
 			o := defaultOpts()
 			o.mtu = mtu
+			o.byRef = byRef
 			l := newLink(t, o)
 			a, b := l.a, l.b
 			src := a.reg(t, 13000, mr.LocalWrite)
@@ -118,6 +128,18 @@ func TestEveryOpcodeEveryMTU(t *testing.T) {
 			}
 			if v := binary.NativeEndian.Uint64(local.Bytes()[20008:]); v != 3 {
 				t.Fatalf("%s: compare-swap original %d", name, v)
+			}
+			if !byRef {
+				ladders[name] = l.ladderString()
+				continue
+			}
+			if l.ladderString() != ladders[name] {
+				t.Fatalf("%s: by reference:\n%s\nby copy:\n%s", name, l.ladderString(), ladders[name])
+			}
+			// SEND, SEND with immediate, two WRITEs and the READ's responses: five packets or more
+			// carry a payload of RefMin bytes or more whenever one packet's share of size is that big.
+			if full := min(size, mtu.Bytes()); (full >= RefMin) != (l.refPackets >= 5) {
+				t.Fatalf("%s: %d packets with payload pieces", name, l.refPackets)
 			}
 		}
 	}

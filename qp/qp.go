@@ -138,6 +138,14 @@ type QP struct {
 	// companyAt is the time of the AppendPacket round that built a request: a delayed ACK goes after
 	// the requests built in the same round (same now), as their company.
 	companyAt time.Time
+
+	// byRef is set while AppendPacketRefs runs: a payload of RefMin bytes or more is then taken by
+	// reference, refs collecting its pieces, refAt where in the packet they go and refLen their
+	// bytes.
+	byRef  bool
+	refs   [][]byte
+	refAt  int
+	refLen int
 }
 
 // New creates a queue pair in the RESET state.
@@ -449,6 +457,42 @@ func (q *QP) AppendPacket(now time.Time, dst []byte) ([]byte, Tx, bool) {
 	return dst, Tx{}, false
 }
 
+// RefMin is the smallest payload AppendPacketRefs takes by reference: below it the copy costs less
+// than another piece for the socket to walk.
+const RefMin = 512
+
+// RefMaxPieces bounds the pieces of one packet's payload AppendPacketRefs appends: a request whose
+// gather list has more elements is copied.
+const RefMaxPieces = 8
+
+// AppendPacketRefs is AppendPacket, except that a payload of RefMin bytes or more that comes from
+// registered memory (a request's gather list, a READ response's region) is not copied into dst: its
+// pieces, slices of the regions' own memory (mr.Table.GatherRefs), are appended to refs, and dst gets
+// the headers and, right after them, the pad and the zero ICRC. The packet is out[:tx.PayloadAt], the
+// pieces, then out[tx.PayloadAt:]; with no piece appended it is out, as AppendPacket gives it. The
+// pieces are read when they are sent, as a NIC reads the memory when it sends: the owner sends them
+// before it lets a work request complete, which no packet can do before it is sent.
+func (q *QP) AppendPacketRefs(now time.Time, dst []byte, refs [][]byte) ([]byte, [][]byte, Tx, bool) {
+	q.byRef, q.refs, q.refAt, q.refLen = true, refs, 0, 0
+	out, tx, ok := q.AppendPacket(now, dst)
+	refs = q.refs
+	q.byRef, q.refs = false, nil
+	if ok {
+		tx.PayloadAt = q.refAt
+	}
+	return out, refs, tx, ok
+}
+
+// packetLen is the length of the packet just appended from dst to out: out's new bytes and the
+// payload taken by reference.
+func (q *QP) packetLen(dst, out []byte) int {
+	n := len(out) - len(dst)
+	if q.byRef {
+		n += q.refLen
+	}
+	return n
+}
+
 // ReleaseAcks lets every ACK waiting under AckDelay go with the next AppendPacket: for an owner about
 // to close the QP, so that the peer's last requests are acknowledged before the QP disappears.
 func (q *QP) ReleaseAcks() {
@@ -462,7 +506,10 @@ type Tx struct {
 	AH        AddressHandle
 	DestQPN   wire.QPN
 	SrcQPN    wire.QPN
-	PacketLen int // bytes appended
+	PacketLen int // bytes of the packet: appended to dst, and taken by reference (AppendPacketRefs)
+	// PayloadAt is where in the packet the pieces AppendPacketRefs appended go: after the headers,
+	// before the pad and the ICRC. Zero when the packet has none.
+	PayloadAt int
 	// Resend, for an RC request packet sent again, says what set the resend off; ResendNone for a
 	// packet sent for the first time and for every response.
 	Resend Resend

@@ -72,9 +72,9 @@ func (r *requester) appendPacket(q *QP, now time.Time, dst []byte) ([]byte, Tx, 
 		return dst, Tx{}, false
 	}
 	if p := q.cfg.Pacer; p != nil {
-		p.OnSent(now, len(out)-len(dst))
+		p.OnSent(now, q.packetLen(dst, out))
 	}
-	tx := Tx{AH: q.attr.AV, DestQPN: q.attr.DestQPN, SrcQPN: q.qpn, PacketLen: len(out) - len(dst)}
+	tx := Tx{AH: q.attr.AV, DestQPN: q.attr.DestQPN, SrcQPN: q.qpn, PacketLen: q.packetLen(dst, out)}
 	if !fresh && q.typ == RC {
 		tx.Resend = q.cmp.why
 	}
@@ -157,12 +157,12 @@ func (r *requester) appendProbe(q *QP, now time.Time, dst []byte) ([]byte, Tx, b
 			return dst, Tx{}, false
 		}
 		if p := q.cfg.Pacer; p != nil {
-			p.OnSent(now, len(out)-len(dst))
+			p.OnSent(now, q.packetLen(dst, out))
 		}
 		q.cmp.probes++
 		q.cmp.probeHigh = psn
 		q.cmp.armProbe(q, now) // the next, if the episode allows one
-		return out, Tx{AH: q.attr.AV, DestQPN: q.attr.DestQPN, SrcQPN: q.qpn, PacketLen: len(out) - len(dst), Resend: ResendProbe}, true
+		return out, Tx{AH: q.attr.AV, DestQPN: q.attr.DestQPN, SrcQPN: q.qpn, PacketLen: q.packetLen(dst, out), Resend: ResendProbe}, true
 	}
 	return dst, Tx{}, false
 }
@@ -227,7 +227,14 @@ func (r *requester) build(q *QP, w *sendWQE, dst []byte, payload int) ([]byte, e
 	if err != nil {
 		return dst, err
 	}
-	if payload > 0 {
+	switch {
+	case payload >= RefMin && q.byRef && w.inline == nil && len(w.wr.SGL) <= RefMaxPieces:
+		refs, err := q.cfg.Memory.GatherRefs(q.cfg.PD, w.wr.SGL, uint64(w.offset), payload, q.refs)
+		if err != nil {
+			return dst, err
+		}
+		q.refs, q.refAt, q.refLen = refs, len(out)-len(dst), payload
+	case payload > 0:
 		var p []byte
 		out, p = extend(out, payload)
 		if w.inline != nil {

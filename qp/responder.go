@@ -805,11 +805,20 @@ func (r *responder) appendPacket(q *QP, now time.Time, dst []byte, force bool) (
 		f.AETH = wire.AETHFields{Syndrome: wire.SyndromeACK(wire.CreditInvalid), MSN: j.msn}
 		out, _ = wire.AppendHeaders(dst, &f, int(n))
 		if n > 0 {
-			var pl []byte
-			out, pl = extend(out, int(n))
-			// The region is read as the packet is built: zero copies, and a region invalidated since
-			// the request turns into NAK remote access error. CONFORMANCE D5.
-			if err := q.cfg.Memory.ReadRemote(q.cfg.PD, j.rkey, j.va, pl); err != nil {
+			// The region is checked as the packet is built: a region invalidated since the request
+			// turns into NAK remote access error. CONFORMANCE D5.
+			var err error
+			if q.byRef && n >= RefMin {
+				var pl []byte
+				if pl, err = q.cfg.Memory.ReadRemoteRef(q.cfg.PD, j.rkey, j.va, int(n)); err == nil {
+					q.refs, q.refAt, q.refLen = append(q.refs, pl), len(out)-len(dst), int(n)
+				}
+			} else {
+				var pl []byte
+				out, pl = extend(out, int(n))
+				err = q.cfg.Memory.ReadRemote(q.cfg.PD, j.rkey, j.va, pl)
+			}
+			if err != nil {
 				// The NAK takes the READ's place at the head of the queue, and what was queued
 				// behind it answers later requests the NAK ends: it goes too.
 				r.jobs.n = 1
@@ -830,5 +839,5 @@ func (r *responder) appendPacket(q *QP, now time.Time, dst []byte, force bool) (
 	if fatal {
 		q.counters.FatalNAKs++
 	}
-	return out, Tx{AH: q.attr.AV, DestQPN: q.attr.DestQPN, SrcQPN: q.qpn, PacketLen: len(out) - len(dst)}, true
+	return out, Tx{AH: q.attr.AV, DestQPN: q.attr.DestQPN, SrcQPN: q.qpn, PacketLen: q.packetLen(dst, out)}, true
 }
