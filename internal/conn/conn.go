@@ -33,6 +33,36 @@ type Message struct {
 	// no GSO refuses such a message (ErrGSO). On read it is a run the kernel coalesced (UDP_GRO), to
 	// be split by the reader. Zero: Buf is one datagram.
 	SegSize int
+	// Pieces, on write to a Conn whose Offload has Gather, holds the message's bytes in order, and
+	// Buf is not used: the kernel gathers them (one iovec each), so that bytes kept elsewhere, a
+	// payload in registered memory, are copied once, by the kernel. At most MaxPieces.
+	Pieces [][]byte
+}
+
+// MaxPieces bounds the pieces of one message (Message.Pieces): Linux's UIO_MAXIOV.
+const MaxPieces = 1024
+
+// Len returns the bytes of a message to write: Buf's, or all of its Pieces'.
+func (m *Message) Len() int {
+	if m.Pieces == nil {
+		return len(m.Buf)
+	}
+	n := 0
+	for _, p := range m.Pieces {
+		n += len(p)
+	}
+	return n
+}
+
+// Flatten appends a message's bytes to b: Buf, or its Pieces one after the other.
+func (m *Message) Flatten(b []byte) []byte {
+	if m.Pieces == nil {
+		return append(b, m.Buf...)
+	}
+	for _, p := range m.Pieces {
+		b = append(b, p...)
+	}
+	return b
 }
 
 // segments returns how many datagrams a run of n bytes in segments of seg holds.
@@ -89,6 +119,8 @@ type Offload struct {
 	// GRO reports that reads may return coalesced runs (Message.SegSize); read buffers should then
 	// hold MaxGROSize bytes.
 	GRO bool
+	// Gather reports that writes take messages in Pieces.
+	Gather bool
 }
 
 // A WaitReporter is a Conn that can tell whether its last ReadBatch waited for a datagram. The device's

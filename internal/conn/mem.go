@@ -271,6 +271,9 @@ type memConn struct {
 	gso   atomic.Bool
 	stats counters
 
+	wmu   sync.Mutex // serializes WriteBatch's use of whole
+	whole Message    // a message in Pieces, made whole
+
 	mu       sync.Mutex
 	cond     sync.Cond
 	q        []memDatagram
@@ -358,11 +361,17 @@ func (c *memConn) WriteBatch(msgs []Message) (int, error) {
 	if closed {
 		return 0, ErrClosed
 	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	var bytes, dgrams uint64
 	sent := 0
 	var err error
 	for i := range msgs {
 		m := &msgs[i]
+		if m.Pieces != nil {
+			c.whole = Message{Buf: m.Flatten(c.whole.Buf[:0]), Addr: m.Addr, TOS: m.TOS, SegSize: m.SegSize}
+			m = &c.whole
+		}
 		n := segments(len(m.Buf), m.SegSize)
 		if n > 1 && (!c.gso.Load() || n > MaxSegments || len(m.Buf) > MaxGSOSize) {
 			err = fmt.Errorf("%w: %d segments of %d bytes on an endpoint with GSO %v", ErrGSO, n, m.SegSize, c.gso.Load())
@@ -403,9 +412,9 @@ func (c *memConn) SetReadDeadline(t time.Time) error {
 	return nil
 }
 
-// Offload reports GSO and GRO as asked for at Listen (GSO until a write refused it).
+// Offload reports GSO and GRO as asked for at Listen (GSO until a write refused it), and Gather.
 func (c *memConn) Offload() Offload {
-	o := Offload{GRO: c.gro}
+	o := Offload{GRO: c.gro, Gather: true}
 	if c.gso.Load() {
 		o.GSO = MaxSegments
 	}

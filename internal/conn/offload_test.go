@@ -318,3 +318,88 @@ func TestPollBatch(t *testing.T) {
 		})
 	}
 }
+
+// cut splits b into pieces of the given sizes, then the rest, each a copy: what a writer in
+// Pieces hands over are slices of memory of its own.
+func cut(b []byte, sizes ...int) [][]byte {
+	var out [][]byte
+	for _, n := range sizes {
+		out = append(out, bytes.Clone(b[:n]))
+		b = b[n:]
+	}
+	return append(out, bytes.Clone(b))
+}
+
+// TestGatherPieces writes messages in Pieces: a datagram, and a GSO run whose pieces do not line
+// up with its segments. The receiver reads what a message in Buf gives. On UDP a batch whose
+// pieces pass MaxPieces goes in two system calls, and a message of more pieces than that is
+// dropped and counted, not sent in part.
+func TestGatherPieces(t *testing.T) {
+	for name, nw := range networks() {
+		t.Run(name, func(t *testing.T) {
+			net := nw()
+			addr := netip.MustParseAddrPort("127.0.0.1:0")
+			tx, err := net.Listen(addr, Options{GSO: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Close()
+			rx, err := net.Listen(addr, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rx.Close()
+			if !tx.Offload().Gather {
+				t.Fatal("no Gather")
+			}
+			one := payload(1, 1000)
+			msgs := []Message{{Pieces: cut(one, 10, 490), Addr: rx.LocalAddr()}}
+			var want [][]byte
+			want = append(want, one)
+			if tx.Offload().GSO > 0 {
+				buf := run(5, 1200, 300)
+				msgs = append(msgs, Message{Pieces: cut(buf, 100, 1500, 2000), Addr: rx.LocalAddr(), SegSize: 1200})
+				for b := buf; len(b) > 0; b = b[min(1200, len(b)):] {
+					want = append(want, b[:min(1200, len(b))])
+				}
+			}
+			if n, err := tx.WriteBatch(msgs); n != len(msgs) || err != nil {
+				t.Fatalf("WriteBatch = %d, %v", n, err)
+			}
+			got := readN(t, rx, len(want), 2048)
+			for i := range want {
+				checkDatagram(t, got[i], want[i], tx.LocalAddr())
+			}
+			if s := tx.(interface{ Stats() Stats }).Stats(); s.DatagramsOut != uint64(len(want)) || s.BytesOut != uint64(len(one)+len(bytes.Join(want[1:], nil))) {
+				t.Errorf("stats %+v, want %d datagrams", s, len(want))
+			}
+		})
+	}
+	t.Run("udp/MaxPieces", func(t *testing.T) {
+		a, b := udpPair(t, loop4, Options{})
+		tiny := func(seq, n int) ([]byte, [][]byte) {
+			whole := payload(seq, n)
+			var pieces [][]byte
+			for i := range whole {
+				pieces = append(pieces, whole[i:i+1])
+			}
+			return whole, pieces
+		}
+		w1, p1 := tiny(1, MaxPieces/2+1)
+		w2, p2 := tiny(2, MaxPieces/2+1)
+		_, p3 := tiny(3, MaxPieces+1)
+		w4, p4 := tiny(4, 3)
+		msgs := []Message{{Pieces: p1, Addr: b.LocalAddr()}, {Pieces: p2, Addr: b.LocalAddr()},
+			{Pieces: p3, Addr: b.LocalAddr()}, {Pieces: p4, Addr: b.LocalAddr()}}
+		if n, err := a.WriteBatch(msgs); n != len(msgs) || err != nil {
+			t.Fatalf("WriteBatch = %d, %v", n, err)
+		}
+		got := readN(t, b, 3, 2048)
+		for i, w := range [][]byte{w1, w2, w4} {
+			checkDatagram(t, got[i], w, a.LocalAddr())
+		}
+		if s := a.Stats(); s.WriteBatches != 3 || s.DropBadAddr != 1 || s.DatagramsOut != 4 {
+			t.Errorf("stats %+v, want 3 sendmmsg calls and 1 of 4 datagrams dropped", s)
+		}
+	})
+}

@@ -64,6 +64,8 @@ type UDPConn struct {
 	wmu   sync.Mutex // guards the fields below, the send side
 	whdr  []unix.Mmsghdr
 	wiov  []unix.Iovec
+	wpcs  []unix.Iovec // the iovecs of messages in Pieces, MaxPieces for one batch
+	wpn   int          // wpcs entries in use
 	wname []unix.RawSockaddrInet6
 	woob  []byte
 	wn    int
@@ -334,6 +336,7 @@ func (c *UDPConn) alloc() {
 	n := c.batch
 	c.rhdr, c.riov, c.rname, c.roob = make([]unix.Mmsghdr, n), make([]unix.Iovec, n), make([]unix.RawSockaddrInet6, n), make([]byte, n*oobSize)
 	c.whdr, c.wiov, c.wname, c.woob = make([]unix.Mmsghdr, n), make([]unix.Iovec, n), make([]unix.RawSockaddrInet6, n), make([]byte, n*wctlSpace)
+	c.wpcs = make([]unix.Iovec, MaxPieces)
 	for i := range n {
 		h := &c.rhdr[i].Hdr
 		h.Name = (*byte)(unsafe.Pointer(&c.rname[i]))
@@ -360,9 +363,9 @@ func (c *UDPConn) alloc() {
 // is twice the payload bytes granted (Linux doubles the request to account for overhead).
 func (c *UDPConn) BufferSizes() (recv, send int) { return c.recvBuf, c.sendBuf }
 
-// Offload reports GSO (MaxSegments per write) while the kernel takes it, and GRO if enabled.
+// Offload reports GSO (MaxSegments per write) while the kernel takes it, GRO if enabled, and Gather.
 func (c *UDPConn) Offload() Offload {
-	o := Offload{GRO: c.gro}
+	o := Offload{GRO: c.gro, Gather: true}
 	if c.gso.Load() {
 		o.GSO = MaxSegments
 	}
@@ -590,16 +593,17 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 	sent := 0
 	for sent < len(msgs) {
 		k := 0
-		for k < c.batch && sent+k < len(msgs) && c.prepareWrite(k, &msgs[sent+k]) {
+		c.wpn = 0
+		for k < c.batch && sent+k < len(msgs) && c.wpn+len(msgs[sent+k].Pieces) <= len(c.wpcs) && c.prepareWrite(k, &msgs[sent+k]) {
 			k++
 		}
 		if k == 0 {
 			m := &msgs[sent]
-			n := segments(len(m.Buf), m.SegSize)
+			n := segments(m.Len(), m.SegSize)
 			if n > 1 && !c.gso.Load() {
 				return sent, fmt.Errorf("%w: GSO is off on this socket", ErrGSO)
 			}
-			c.stats.dropBadAddr.Add(uint64(n))
+			c.stats.dropBadAddr.Add(uint64(n)) // or more than MaxPieces
 			c.stats.datagramsOut.Add(uint64(n))
 			sent++
 			continue
@@ -609,6 +613,7 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 		for i := range k {
 			c.wiov[i].Base = nil
 		}
+		clear(c.wpcs[:c.wpn]) // do not keep the pieces' memory reachable
 		if err != nil {
 			return sent, c.pollErr(err)
 		}
@@ -616,8 +621,9 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 		var bytes, dgrams uint64
 		for i := range c.wgot {
 			m := &msgs[sent+i]
-			bytes += uint64(len(m.Buf))
-			dgrams += uint64(segments(len(m.Buf), m.SegSize))
+			n := m.Len()
+			bytes += uint64(n)
+			dgrams += uint64(segments(n, m.SegSize))
 		}
 		c.stats.bytesOut.Add(bytes)
 		c.stats.datagramsOut.Add(dgrams)
@@ -627,13 +633,13 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 		}
 		// The message at msgs[sent] failed with werr.
 		m := &msgs[sent]
-		if segments(len(m.Buf), m.SegSize) > 1 && gsoRefused(c.werr) {
+		if segments(m.Len(), m.SegSize) > 1 && gsoRefused(c.werr) {
 			c.gso.Store(false)
 			c.stats.gsoRefused.Add(1)
 			return sent, fmt.Errorf("%w: %v", ErrGSO, c.werr)
 		}
 		if ctr := c.dropCounter(c.werr); ctr != nil {
-			n := uint64(segments(len(m.Buf), m.SegSize))
+			n := uint64(segments(m.Len(), m.SegSize))
 			ctr.Add(n)
 			c.stats.datagramsOut.Add(n)
 			sent++
@@ -644,9 +650,11 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 	return sent, nil
 }
 
-// prepareWrite fills header slot i for m, or reports false if m's destination is unusable.
+// prepareWrite fills header slot i for m, or reports false if m's destination is unusable. A message
+// in Pieces takes its iovecs from wpcs, which the caller has checked can hold them.
 func (c *UDPConn) prepareWrite(i int, m *Message) bool {
-	if segments(len(m.Buf), m.SegSize) > 1 && !c.gso.Load() {
+	size := m.Len()
+	if segments(size, m.SegSize) > 1 && !c.gso.Load() {
 		return false
 	}
 	sa := &c.wname[i]
@@ -670,13 +678,29 @@ func (c *UDPConn) prepareWrite(i int, m *Message) bool {
 	}
 	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:], m.Addr.Port())
 
-	iov := &c.wiov[i]
-	if len(m.Buf) > 0 {
-		iov.Base = &m.Buf[0]
+	if m.Pieces != nil {
+		if len(m.Pieces) == 0 {
+			return false
+		}
+		iovs := c.wpcs[c.wpn : c.wpn+len(m.Pieces)]
+		for k, p := range m.Pieces {
+			iovs[k].Base = unsafe.SliceData(p)
+			iovs[k].SetLen(len(p))
+		}
+		h.Iov = &iovs[0]
+		h.SetIovlen(len(iovs))
+		c.wpn += len(iovs)
 	} else {
-		iov.Base = nil
+		iov := &c.wiov[i]
+		if len(m.Buf) > 0 {
+			iov.Base = &m.Buf[0]
+		} else {
+			iov.Base = nil
+		}
+		iov.SetLen(len(m.Buf))
+		h.Iov = iov
+		h.SetIovlen(1)
 	}
-	iov.SetLen(len(m.Buf))
 
 	oob := c.woob[i*wctlSpace : (i+1)*wctlSpace]
 	n := 0
@@ -690,7 +714,7 @@ func (c *UDPConn) prepareWrite(i int, m *Message) bool {
 		binary.NativeEndian.PutUint32(oob[unix.CmsgLen(0):], uint32(m.TOS))
 		n = tosSpace
 	}
-	if segments(len(m.Buf), m.SegSize) > 1 {
+	if segments(size, m.SegSize) > 1 {
 		ch := (*unix.Cmsghdr)(unsafe.Pointer(&oob[n]))
 		ch.Level, ch.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
 		ch.SetLen(unix.CmsgLen(2))
