@@ -32,7 +32,7 @@ func (w wiretap) WriteBatch(msgs []conn.Message) (int, error) {
 	w.mu.Lock()
 	for _, m := range msgs[:n] {
 		c := m
-		c.Buf = bytes.Clone(m.Buf)
+		c.Buf, c.Pieces = m.Flatten(nil), nil
 		c.N = len(c.Buf)
 		*w.msgs = append(*w.msgs, c)
 	}
@@ -135,7 +135,7 @@ func (g *gsoRefuser) Offload() conn.Offload {
 
 func (g *gsoRefuser) WriteBatch(msgs []conn.Message) (int, error) {
 	for i, m := range msgs {
-		if m.SegSize > 0 && m.SegSize < len(m.Buf) {
+		if m.SegSize > 0 && m.SegSize < m.Len() {
 			n, err := g.Conn.WriteBatch(msgs[:i])
 			if err != nil {
 				return n, err

@@ -59,6 +59,27 @@ func seal(pkt []byte, src, dst netip.AddrPort, id uint16) {
 	_ = wire.SetICRC(ip[:], udp[:], pkt)
 }
 
+// sealPieces is seal for a packet in parts (see wire.SetICRCPieces): head, the payload's pieces and
+// tail.
+func sealPieces(head []byte, payload [][]byte, tail []byte, src, dst netip.AddrPort, id uint16) {
+	n := len(head) + len(tail)
+	for _, p := range payload {
+		n += len(p)
+	}
+	var udp [8]byte
+	udpHeader(&udp, src.Port(), dst.Port(), n)
+	from, to := src.Addr().Unmap(), dst.Addr().Unmap()
+	if from.Is4() && to.Is4() {
+		var ip [20]byte
+		ipv4Header(&ip, from, to, n, id)
+		_ = wire.SetICRCPieces(ip[:], udp[:], head, payload, tail)
+		return
+	}
+	var ip [40]byte
+	ipv6Header(&ip, src.Addr(), dst.Addr(), n)
+	_ = wire.SetICRCPieces(ip[:], udp[:], head, payload, tail)
+}
+
 // verifier checks received ICRCs; each shard's driver has one.
 type verifier struct {
 	rec wire.IDRecovery

@@ -24,6 +24,15 @@ import (
 // cannot join starts a new message where it lies, so nothing is copied. Segment i of a GSO message is
 // sealed with IPv4 identification i, which the kernel gives it when it segments in software (see
 // conn.Listen); a plain datagram carries 0.
+//
+// Where the socket gathers (conn.Offload.Gather) and no Tracer wants each packet whole, a payload
+// read from registered memory stays there (qp.AppendPacketRefs): the arena gets the headers and the
+// trailers, and each message is a list of pieces, the arena's runs between the payloads' pieces:
+//
+//	arena:  | FIRST hdr | trl MID hdr | trl MID hdr | ... | trl ACK 20 |
+//	pieces: [ arena ][ MR 4096 ][ arena ][ MR 4096 ][ arena ] ...
+//
+// so that the kernel's copy is the only one the payload takes on the way out.
 
 // txArena bounds a batch's bytes: four full GSO messages.
 const txArena = 4 * conn.MaxGSOSize
@@ -33,6 +42,13 @@ const maxPacket = 4096 + 256
 
 // txMsgs bounds a batch's messages.
 const txMsgs = 64
+
+// txPieces bounds a batch's pieces (conn.MaxPieces for one write), and maxPacketPieces is the most
+// one packet adds: its headers, its payload's pieces and its trailer.
+const (
+	txPieces        = conn.MaxPieces
+	maxPacketPieces = 2 + qp.RefMaxPieces
+)
 
 // port is a send socket: the UDP source port of the QPs that hash to it. mu is held from building a
 // QP's packets to sending them, so that packets leave in the order their engine built them.
@@ -52,6 +68,17 @@ type txBatch struct {
 	msgs  []conn.Message
 	// open reports that the last message may take another segment.
 	open bool
+	// size is the bytes of the last message.
+	size int
+	// pieces holds the pieces of every message of a gathering batch, each message's a run of it
+	// from first; refs the payload pieces of the packet being built; arenaEnd the arena offset
+	// where the last piece ends if it is the arena's, else -1.
+	pieces   [][]byte
+	first    int
+	refs     [][]byte
+	arenaEnd int
+	// flat holds a message in pieces made whole, to be sent again as single datagrams.
+	flat []byte
 	// split holds the single datagrams of a GSO message being resent without GSO.
 	split []conn.Message
 	// trace is the record handed to the Tracer for each packet pumped, reused so that tracing does
@@ -60,7 +87,8 @@ type txBatch struct {
 }
 
 var txPool = sync.Pool{New: func() any {
-	return &txBatch{arena: make([]byte, 0, txArena), msgs: make([]conn.Message, 0, txMsgs)}
+	return &txBatch{arena: make([]byte, 0, txArena), msgs: make([]conn.Message, 0, txMsgs),
+		pieces: make([][]byte, 0, txPieces), refs: make([][]byte, 0, qp.RefMaxPieces)}
 }}
 
 func getTxBatch() *txBatch  { return txPool.Get().(*txBatch) }
@@ -76,14 +104,24 @@ func (p *port) pump(q *QP, tb *txBatch, now time.Time) (file time.Time) {
 		q.mu.Unlock()
 		return time.Time{}
 	}
-	maxSegs := p.conn.Offload().GSO
+	off := p.conn.Offload()
+	maxSegs := off.GSO
+	gather := off.Gather && d.cfg.Tracer == nil
+	src := netip.AddrPortFrom(d.local.Addr(), p.num)
 	for {
-		if len(tb.msgs) == cap(tb.msgs) || cap(tb.arena)-len(tb.arena) < maxPacket {
+		if len(tb.msgs) == cap(tb.msgs) || cap(tb.arena)-len(tb.arena) < maxPacket || len(tb.pieces)+maxPacketPieces > cap(tb.pieces) {
 			p.flush(tb)
 			maxSegs = p.conn.Offload().GSO
 		}
 		start := len(tb.arena)
-		out, tx, ok := q.eng.AppendPacket(now, tb.arena[start:start])
+		var out []byte
+		var tx qp.Tx
+		var ok bool
+		if gather {
+			out, tb.refs, tx, ok = q.eng.AppendPacketRefs(now, tb.arena[start:start], tb.refs[:0])
+		} else {
+			out, tx, ok = q.eng.AppendPacket(now, tb.arena[start:start])
+		}
 		if !ok {
 			break
 		}
@@ -92,14 +130,28 @@ func (p *port) pump(q *QP, tb *txBatch, now time.Time) (file time.Time) {
 			d.stats.dropNoRoute.Add(1)
 			continue
 		}
-		n := len(out)
-		tb.arena = tb.arena[:start+n]
+		tb.arena = tb.arena[:start+len(out)]
 		pkt := tb.arena[start:]
-		id := tb.place(pkt, dst, q.trafficClass(tx), maxSegs, q.gsoTo(dst))
-		seal(pkt, netip.AddrPortFrom(d.local.Addr(), p.num), dst, id)
+		id := tb.place(pkt, tx.PacketLen, dst, q.trafficClass(tx), maxSegs, q.gsoTo(dst), gather)
+		if len(tb.refs) == 0 {
+			if gather {
+				tb.addArena(start, len(tb.arena))
+			}
+			seal(pkt, src, dst, id)
+		} else {
+			at := start + tx.PayloadAt
+			tb.addArena(start, at)
+			tb.pieces = append(tb.pieces, tb.refs...)
+			tb.arenaEnd = -1
+			tb.addArena(at, len(tb.arena))
+			sealPieces(pkt[:tx.PayloadAt], tb.refs, pkt[tx.PayloadAt:], src, dst, id)
+		}
+		if gather {
+			tb.msgs[len(tb.msgs)-1].Pieces = tb.pieces[tb.first:]
+		}
 		if t := d.cfg.Tracer; t != nil {
 			if pp, err := wire.Parse(pkt); err == nil {
-				tb.trace = TraceRecord{Sent: true, At: now, From: netip.AddrPortFrom(d.local.Addr(), p.num), To: dst,
+				tb.trace = TraceRecord{Sent: true, At: now, From: src, To: dst,
 					TOS: q.trafficClass(tx), IPID: id, Bytes: pkt, Packet: pp, Resend: tx.Resend}
 				t.TracePacket(&tb.trace)
 			}
@@ -113,22 +165,45 @@ func (p *port) pump(q *QP, tb *txBatch, now time.Time) (file time.Time) {
 	return file
 }
 
-// place decides which message pkt, just appended to the arena, belongs to, and returns its segment
-// index there: the identification its ICRC is sealed with.
-func (tb *txBatch) place(pkt []byte, dst netip.AddrPort, tos uint8, maxSegs int, gsoOK bool) uint16 {
-	n := len(pkt)
+// place decides which message a packet of n bytes, just appended to the arena at pkt (its headers
+// and trailer only, if it has payload pieces), belongs to, and returns its segment index there: the
+// identification its ICRC is sealed with. A gathering batch's caller then adds the packet's pieces.
+func (tb *txBatch) place(pkt []byte, n int, dst netip.AddrPort, tos uint8, maxSegs int, gsoOK, gather bool) uint16 {
 	if k := len(tb.msgs); k > 0 && tb.open && gsoOK && maxSegs > 1 {
 		m := &tb.msgs[k-1]
-		segs := (len(m.Buf) + m.SegSize - 1) / m.SegSize
-		if m.Addr == dst && m.TOS == tos && n <= m.SegSize && segs < maxSegs && len(m.Buf)+n <= conn.MaxGSOSize {
-			m.Buf = m.Buf[:len(m.Buf)+n]
+		segs := (tb.size + m.SegSize - 1) / m.SegSize
+		if m.Addr == dst && m.TOS == tos && n <= m.SegSize && segs < maxSegs && tb.size+n <= conn.MaxGSOSize {
+			tb.size += n
+			if !gather {
+				m.Buf = m.Buf[:tb.size]
+			}
 			tb.open = n == m.SegSize
 			return uint16(segs)
 		}
 	}
-	tb.msgs = append(tb.msgs, conn.Message{Buf: pkt, Addr: dst, TOS: tos, SegSize: n})
+	m := conn.Message{Addr: dst, TOS: tos, SegSize: n}
+	if !gather {
+		m.Buf = pkt
+	}
+	tb.msgs = append(tb.msgs, m)
+	tb.size, tb.first, tb.arenaEnd = n, len(tb.pieces), -1
 	tb.open = true
 	return 0
+}
+
+// addArena adds the arena's bytes [a, b) to the last message's pieces, as an extension of its last
+// piece where that ends at a.
+func (tb *txBatch) addArena(a, b int) {
+	if a == b {
+		return
+	}
+	if k := len(tb.pieces); k > tb.first && tb.arenaEnd == a {
+		last := tb.pieces[k-1]
+		tb.pieces[k-1] = last[:len(last)+b-a]
+	} else {
+		tb.pieces = append(tb.pieces, tb.arena[a:b])
+	}
+	tb.arenaEnd = b
 }
 
 // flush sends tb's messages through p and empties tb. A GSO message the socket refuses is sent again
@@ -138,8 +213,9 @@ func (p *port) flush(tb *txBatch) {
 	d := p.d
 	msgs := tb.msgs
 	for i := range msgs {
-		d.stats.txBytes.Add(uint64(len(msgs[i].Buf)))
-		segs := (len(msgs[i].Buf) + msgs[i].SegSize - 1) / msgs[i].SegSize
+		size := msgs[i].Len()
+		d.stats.txBytes.Add(uint64(size))
+		segs := (size + msgs[i].SegSize - 1) / msgs[i].SegSize
 		d.stats.txPackets.Add(uint64(segs))
 		if segs > 1 {
 			d.stats.txGSO.Add(1)
@@ -154,6 +230,10 @@ func (p *port) flush(tb *txBatch) {
 			d.gso.fellBack.Store(true)
 			tb.split = tb.split[:0]
 			m := &msgs[sent]
+			if m.Pieces != nil {
+				tb.flat = m.Flatten(tb.flat[:0])
+				m.Buf, m.Pieces = tb.flat, nil
+			}
 			m.N = len(m.Buf)
 			m.Segments(func(seg []byte) {
 				seal(seg, src, m.Addr, 0)
@@ -182,7 +262,10 @@ func (tb *txBatch) reset() {
 	clear(tb.msgs) // do not keep the arena reachable through stale messages
 	tb.msgs = tb.msgs[:0]
 	tb.arena = tb.arena[:0]
-	tb.open = false
+	clear(tb.pieces) // nor the regions' memory through stale pieces
+	clear(tb.refs[:cap(tb.refs)])
+	tb.pieces, tb.first, tb.arenaEnd = tb.pieces[:0], 0, -1
+	tb.open, tb.size = false, 0
 	tb.trace = TraceRecord{}
 }
 
