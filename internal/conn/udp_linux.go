@@ -775,6 +775,10 @@ func (c *UDPConn) dropCounter(e unix.Errno) *atomic.Uint64 {
 		return &c.stats.dropNoBuffer
 	case unix.EAFNOSUPPORT, unix.EADDRNOTAVAIL, unix.EDESTADDRREQ:
 		return &c.stats.dropBadAddr
+	case unix.EFAULT:
+		// A piece's memory is gone: a region its program unmapped while a packet sent from it by
+		// reference (Message.Pieces) was still on its way out.
+		return &c.stats.dropBadAddr
 	}
 	return nil
 }

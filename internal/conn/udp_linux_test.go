@@ -412,3 +412,56 @@ func TestUDPWaited(t *testing.T) {
 		t.Error("Waited() = true after each of 20 ReadBatch calls made after their datagram was sent")
 	}
 }
+
+// TestUDPGatherMaxPieces: a batch whose messages' pieces pass MaxPieces goes in two system calls,
+// and a message of more pieces than that is dropped and counted, not sent in part.
+func TestUDPGatherMaxPieces(t *testing.T) {
+	a, b := udpPair(t, loop4, Options{})
+	tiny := func(seq, n int) ([]byte, [][]byte) {
+		whole := payload(seq, n)
+		var pieces [][]byte
+		for i := range whole {
+			pieces = append(pieces, whole[i:i+1])
+		}
+		return whole, pieces
+	}
+	w1, p1 := tiny(1, MaxPieces/2+1)
+	w2, p2 := tiny(2, MaxPieces/2+1)
+	_, p3 := tiny(3, MaxPieces+1)
+	w4, p4 := tiny(4, 3)
+	msgs := []Message{{Pieces: p1, Addr: b.LocalAddr()}, {Pieces: p2, Addr: b.LocalAddr()},
+		{Pieces: p3, Addr: b.LocalAddr()}, {Pieces: p4, Addr: b.LocalAddr()}}
+	if n, err := a.WriteBatch(msgs); n != len(msgs) || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	got := readN(t, b, 3, 2048)
+	for i, w := range [][]byte{w1, w2, w4} {
+		checkDatagram(t, got[i], w, a.LocalAddr())
+	}
+	if s := a.Stats(); s.WriteBatches != 3 || s.DropBadAddr != 1 || s.DatagramsOut != 4 {
+		t.Errorf("stats %+v, want 3 sendmmsg calls and 1 of 4 datagrams dropped", s)
+	}
+}
+
+// TestGatherUnmapped: a message whose piece lies in memory unmapped since (a region its program
+// unmapped while a packet sent from it was on its way out) is dropped and counted, and the
+// message after it in the batch still goes.
+func TestGatherUnmapped(t *testing.T) {
+	a, b := udpPair(t, loop4, Options{})
+	page, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Munmap(page); err != nil {
+		t.Fatal(err)
+	}
+	after := payload(2, 100)
+	msgs := []Message{{Pieces: [][]byte{[]byte("head"), page[:100]}, Addr: b.LocalAddr()}, {Pieces: [][]byte{after}, Addr: b.LocalAddr()}}
+	if n, err := a.WriteBatch(msgs); n != 2 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	checkDatagram(t, readN(t, b, 1, 2048)[0], after, a.LocalAddr())
+	if s := a.Stats(); s.DropBadAddr != 1 || s.DatagramsOut != 2 {
+		t.Errorf("stats %+v, want 1 of 2 datagrams dropped", s)
+	}
+}
