@@ -469,9 +469,13 @@ const RefMaxPieces = 8
 // registered memory (a request's gather list, a READ response's region) is not copied into dst: its
 // pieces, slices of the regions' own memory (mr.Table.GatherRefs), are appended to refs, and dst gets
 // the headers and, right after them, the pad and the zero ICRC. The packet is out[:tx.PayloadAt], the
-// pieces, then out[tx.PayloadAt:]; with no piece appended it is out, as AppendPacket gives it. The
-// pieces are read when they are sent, as a NIC reads the memory when it sends: the owner sends them
-// before it lets a work request complete, which no packet can do before it is sent.
+// pieces, then out[tx.PayloadAt:]; with no piece appended it is out, as AppendPacket gives it.
+//
+// The pieces are read when the owner sends them, as a NIC's DMA reads memory when it sends, so a
+// program must not change a buffer before its work request completes. One case is the transport's
+// own: a resend built just before an ACK completes its request may leave after the program has
+// reused the buffer. Its ICRC, sealed over the bytes as they were, then fails at the receiver, which
+// drops it as corrupt; it was a duplicate anyway.
 func (q *QP) AppendPacketRefs(now time.Time, dst []byte, refs [][]byte) ([]byte, [][]byte, Tx, bool) {
 	q.byRef, q.refs, q.refAt, q.refLen = true, refs, 0, 0
 	out, tx, ok := q.AppendPacket(now, dst)
