@@ -45,38 +45,11 @@ func (t *Table) Gather(pd *PD, sgl []SGE, offset uint64, dst []byte) error {
 // deregistered (Go keeps the memory), and what they hold is whatever the memory holds when the kernel
 // copies it, as a NIC's DMA reads the memory when it sends.
 func (t *Table) GatherRefs(pd *PD, sgl []SGE, offset uint64, n int, refs [][]byte) ([][]byte, error) {
-	if n <= 0 {
-		return refs, nil
-	}
-	total := sgTotal(sgl)
-	if offset > total || uint64(n) > total-offset {
-		return refs, ErrLength
-	}
-	for i := range sgl {
-		if n == 0 {
-			break
-		}
-		s := &sgl[i]
-		if offset >= uint64(s.Length) {
-			offset -= uint64(s.Length)
-			continue
-		}
-		if _, ok := checkedEnd(s.Addr, uint64(s.Length)); !ok {
-			return refs, ErrBounds
-		}
-		k := min(uint64(s.Length)-offset, uint64(n))
-		r, off, err := t.check(pd, uint32(s.LKey), false, s.Addr+offset, k, 0)
-		if err != nil {
-			return refs, err
-		}
-		b := r.buf[off : off+int(k) : off+int(k)]
-		r.race.read(b)
-		r.mu.RUnlock()
-		refs = append(refs, b)
-		n -= int(k)
-		offset = 0
-	}
-	return refs, nil
+	err := t.walk(pd, sgl, offset, n, 0, func(r *Region, mem []byte) {
+		r.race.read(mem)
+		refs = append(refs, mem)
+	})
+	return refs, err
 }
 
 // Scatter copies src into the buffer sgl describes, starting offset bytes into it: the receive path's
@@ -87,18 +60,35 @@ func (t *Table) Scatter(pd *PD, sgl []SGE, offset uint64, src []byte) error {
 	return t.sg(pd, sgl, offset, src, LocalWrite)
 }
 
-// sg walks sgl from offset for len(b) bytes, copying out of the regions (want 0) or into them (want
+// sg copies len(b) bytes out of the message sgl describes from offset (want 0), or into it (want
 // LocalWrite).
 func (t *Table) sg(pd *PD, sgl []SGE, offset uint64, b []byte, want Access) error {
-	if len(b) == 0 {
+	return t.walk(pd, sgl, offset, len(b), want, func(r *Region, mem []byte) {
+		r.race.lock()
+		if want == 0 {
+			copy(b, mem)
+		} else {
+			copy(mem, b)
+		}
+		r.race.unlock()
+		b = b[len(mem):]
+	})
+}
+
+// walk hands f, element by element, the region memory that holds n bytes of the message sgl
+// describes from offset, each piece checked with its element's lkey against pd for want, and its
+// region read-locked while f runs. It fails with ErrLength, before calling f, if the list is too
+// short.
+func (t *Table) walk(pd *PD, sgl []SGE, offset uint64, n int, want Access, f func(r *Region, mem []byte)) error {
+	if n <= 0 {
 		return nil
 	}
 	total := sgTotal(sgl)
-	if offset > total || uint64(len(b)) > total-offset {
+	if offset > total || uint64(n) > total-offset {
 		return ErrLength
 	}
 	for i := range sgl {
-		if len(b) == 0 {
+		if n == 0 {
 			break
 		}
 		s := &sgl[i]
@@ -110,20 +100,14 @@ func (t *Table) sg(pd *PD, sgl []SGE, offset uint64, b []byte, want Access) erro
 		if _, ok := checkedEnd(s.Addr, uint64(s.Length)); !ok {
 			return ErrBounds
 		}
-		n := min(uint64(s.Length)-offset, uint64(len(b)))
-		r, off, err := t.check(pd, uint32(s.LKey), false, s.Addr+offset, n, want)
+		k := min(uint64(s.Length)-offset, uint64(n))
+		r, off, err := t.check(pd, uint32(s.LKey), false, s.Addr+offset, k, want)
 		if err != nil {
 			return err
 		}
-		r.race.lock()
-		if want == 0 {
-			copy(b, r.buf[off:off+int(n)])
-		} else {
-			copy(r.buf[off:off+int(n)], b)
-		}
-		r.race.unlock()
+		f(r, r.buf[off:off+int(k):off+int(k)])
 		r.mu.RUnlock()
-		b = b[n:]
+		n -= int(k)
 		offset = 0
 	}
 	return nil

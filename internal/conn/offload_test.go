@@ -331,9 +331,7 @@ func cut(b []byte, sizes ...int) [][]byte {
 }
 
 // TestGatherPieces writes messages in Pieces: a datagram, and a GSO run whose pieces do not line
-// up with its segments. The receiver reads what a message in Buf gives. On UDP a batch whose
-// pieces pass MaxPieces goes in two system calls, and a message of more pieces than that is
-// dropped and counted, not sent in part.
+// up with its segments. The receiver reads what a message in Buf gives.
 func TestGatherPieces(t *testing.T) {
 	for name, nw := range networks() {
 		t.Run(name, func(t *testing.T) {
