@@ -248,6 +248,15 @@ func streamQP(tb testing.TB, size int, mode ICRCMode, opts ...func(*Config)) (*D
 	if err != nil {
 		tb.Fatal(err)
 	}
+	// Connect readied the QP with its shard, whose driver pumps it at its next step: let that step
+	// pass, or it could pump the QP concurrently with a test that drives it by hand.
+	s := d.shards[0]
+	for deadline := time.Now().Add(10 * time.Second); s.nready.Load() != 0 || s.inStep.Load(); {
+		if time.Now().After(deadline) {
+			tb.Fatal("the shard's driver never took up the new QP")
+		}
+		runtime.Gosched()
+	}
 	return d, q, r
 }
 
