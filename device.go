@@ -252,8 +252,13 @@ func (a clockAdapter) NewTimer(d time.Duration) datapath.Timer { return a.c.NewT
 // tracerAdapter gives the datapath the device's Tracer.
 type tracerAdapter struct{ t Tracer }
 
+// traceEvents holds the events tracerAdapter hands a Tracer: an event passed through the Tracer
+// interface escapes, and one allocated per packet cost a traced device an allocation a packet.
+var traceEvents = sync.Pool{New: func() any { return new(TraceEvent) }}
+
 func (a tracerAdapter) TracePacket(r *datapath.TraceRecord) {
-	e := TraceEvent{Dir: Received, At: r.At, From: r.From, To: r.To, TOS: r.TOS, IPID: r.IPID, Bytes: r.Bytes, Packet: r.Packet,
+	e := traceEvents.Get().(*TraceEvent)
+	*e = TraceEvent{Dir: Received, At: r.At, From: r.From, To: r.To, TOS: r.TOS, IPID: r.IPID, Bytes: r.Bytes, Packet: r.Packet,
 		Reason: string(r.Drop), Resent: r.Resend.String()}
 	switch {
 	case r.Sent:
@@ -261,7 +266,9 @@ func (a tracerAdapter) TracePacket(r *datapath.TraceRecord) {
 	case r.Drop != "":
 		e.Dir = Dropped
 	}
-	a.t.Packet(&e)
+	a.t.Packet(e)
+	*e = TraceEvent{} // keep no packet reachable from the pool
+	traceEvents.Put(e)
 }
 
 // GID returns the device's GID: its address as an IPv6 or IPv4-mapped address. It mirrors

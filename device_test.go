@@ -15,6 +15,7 @@ import (
 
 	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/internal/conn"
+	"github.com/goroce/goroce/internal/datapath"
 	"github.com/goroce/goroce/internal/testaddr"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
@@ -646,5 +647,48 @@ func TestReservedOpcodeNAKed(t *testing.T) {
 	}
 	if s := p.b.Stats(); s.DropMalformed != 0 {
 		t.Fatalf("the reserved opcode was dropped as malformed: %+v", s)
+	}
+}
+
+// eventTracer records what the last Packet call saw, and keeps nothing.
+type eventTracer struct {
+	dir    Direction
+	resent string
+	n      int
+}
+
+func (t *eventTracer) Packet(e *TraceEvent) {
+	t.dir, t.resent = e.Dir, e.Resent
+	t.n++
+}
+
+func (t *eventTracer) Completion(time.Time, Completion) {}
+
+// TestTracerAdapterAllocs: handing the program's Tracer a packet costs no allocation, and each
+// event says what its record did.
+func TestTracerAdapterAllocs(t *testing.T) {
+	et := &eventTracer{}
+	a := tracerAdapter{t: et}
+	pkt, err := wire.Append(nil, &wire.Fields{BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey}}, []byte("hi"))
+	must(t, err)
+	p, err := wire.Parse(pkt)
+	must(t, err)
+	recs := []datapath.TraceRecord{
+		{Sent: true, Bytes: pkt, Packet: p, Resend: qp.ResendTimeout},
+		{Bytes: pkt, Packet: p},
+		{Bytes: pkt, Drop: datapath.DropICRC},
+	}
+	want := []struct {
+		dir    Direction
+		resent string
+	}{{Sent, "timeout"}, {Received, ""}, {Dropped, ""}}
+	for i := range recs {
+		a.TracePacket(&recs[i])
+		if et.dir != want[i].dir || et.resent != want[i].resent || et.n != i+1 {
+			t.Errorf("record %d: event %v resent %q (%d events), want %v %q", i, et.dir, et.resent, et.n, want[i].dir, want[i].resent)
+		}
+	}
+	if n := testing.AllocsPerRun(200, func() { a.TracePacket(&recs[0]) }); n != 0 {
+		t.Errorf("%v allocations a traced packet, want 0", n)
 	}
 }

@@ -55,7 +55,8 @@ type TraceEvent struct {
 }
 
 // Tracer sees a device's packets and completions (Config.Tracer). Its methods run on the device's
-// goroutines and must not block or keep the event's bytes.
+// goroutines and must not block, nor keep the event or its bytes: the device reuses both once Packet
+// returns.
 type Tracer interface {
 	Packet(e *TraceEvent)
 	Completion(at time.Time, wc Completion)
