@@ -5,28 +5,24 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce"
+	"github.com/goroce/goroce/internal/testaddr"
 )
 
-// loopback returns a random address in 127.0.0.0/8 (not 127.0.0.1), so that parallel tests and other
-// programs on the host do not share addresses.
-func loopback() netip.Addr {
-	return netip.AddrFrom4([4]byte{127, byte(1 + rand.N(254)), byte(rand.N(256)), byte(1 + rand.N(254))})
-}
-
-// transfer runs both sides in this process over loopback: a TCP listener on port 0 at a random
-// address, and a client dialing from another.
+// transfer runs both sides in this process over loopback: a TCP listener on port 0 at one address of
+// a testaddr pair (each side's device binds port 4791 at its end's address), and a client dialing
+// from the other.
 func transfer(t *testing.T, opts Options) (sent, received Result) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(loopback(), 0).String())
+	srvAddr, cliAddr := testaddr.Pair()
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(srvAddr, 0).String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +42,7 @@ func transfer(t *testing.T, opts Options) (sent, received Result) {
 		res, err := Receive(ctx, conn, Options{Network: opts.Network})
 		server <- outcome{res, err}
 	}()
-	d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(loopback(), 0))}
+	d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(cliAddr, 0))}
 	conn, err := d.DialContext(ctx, "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +99,8 @@ func TestTransferData(t *testing.T) {
 func TestTransferPeerGone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(loopback(), 0).String())
+	srvAddr, nobody := testaddr.Pair()
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(srvAddr, 0).String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +137,7 @@ func TestTransferPeerGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep := goroce.Endpoint{GID: goroce.GIDFromAddr(loopback()), Port: 9, QPN: 1, MTU: goroce.MTU1024}
+	ep := goroce.Endpoint{GID: goroce.GIDFromAddr(nobody), Port: 9, QPN: 1, MTU: goroce.MTU1024}
 	hello, _ := ep.AppendBinary([]byte(magic))
 	hello = binary.BigEndian.AppendUint64(hello, 1<<20)
 	if _, err := conn2.Write(hello); err != nil {
