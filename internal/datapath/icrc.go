@@ -42,21 +42,31 @@ func udpHeader(h *[8]byte, sport, dport uint16, n int) {
 	h[6], h[7] = 0, 0
 }
 
+// wireHeaders holds the IP and UDP headers a packet travels in, as the datapath rebuilds them.
+type wireHeaders struct {
+	ip  [40]byte
+	udp [8]byte
+}
+
+// fill writes the headers of a packet of n transport bytes from src to dst (IPv4 when both are, with
+// identification id) and returns them: ip is 20 bytes for IPv4, 40 for IPv6.
+func (h *wireHeaders) fill(src, dst netip.AddrPort, n int, id uint16) (ip, udp []byte) {
+	udpHeader(&h.udp, src.Port(), dst.Port(), n)
+	from, to := src.Addr().Unmap(), dst.Addr().Unmap()
+	if from.Is4() && to.Is4() {
+		ipv4Header((*[20]byte)(h.ip[:20]), from, to, n, id)
+		return h.ip[:20], h.udp[:]
+	}
+	ipv6Header(&h.ip, src.Addr(), dst.Addr(), n)
+	return h.ip[:], h.udp[:]
+}
+
 // seal fills in pkt's ICRC for the headers the kernel will put in front of it: from src to dst, and
 // for IPv4 with identification id.
 func seal(pkt []byte, src, dst netip.AddrPort, id uint16) {
-	var udp [8]byte
-	udpHeader(&udp, src.Port(), dst.Port(), len(pkt))
-	from, to := src.Addr().Unmap(), dst.Addr().Unmap()
-	if from.Is4() && to.Is4() {
-		var ip [20]byte
-		ipv4Header(&ip, from, to, len(pkt), id)
-		_ = wire.SetICRC(ip[:], udp[:], pkt)
-		return
-	}
-	var ip [40]byte
-	ipv6Header(&ip, src.Addr(), dst.Addr(), len(pkt))
-	_ = wire.SetICRC(ip[:], udp[:], pkt)
+	var h wireHeaders
+	ip, udp := h.fill(src, dst, len(pkt), id)
+	_ = wire.SetICRC(ip, udp, pkt)
 }
 
 // sealPieces is seal for a packet in parts (see wire.SetICRCPieces): head, the payload's pieces and
@@ -66,18 +76,9 @@ func sealPieces(head []byte, payload [][]byte, tail []byte, src, dst netip.AddrP
 	for _, p := range payload {
 		n += len(p)
 	}
-	var udp [8]byte
-	udpHeader(&udp, src.Port(), dst.Port(), n)
-	from, to := src.Addr().Unmap(), dst.Addr().Unmap()
-	if from.Is4() && to.Is4() {
-		var ip [20]byte
-		ipv4Header(&ip, from, to, n, id)
-		_ = wire.SetICRCPieces(ip[:], udp[:], head, payload, tail)
-		return
-	}
-	var ip [40]byte
-	ipv6Header(&ip, src.Addr(), dst.Addr(), n)
-	_ = wire.SetICRCPieces(ip[:], udp[:], head, payload, tail)
+	var h wireHeaders
+	ip, udp := h.fill(src, dst, n, id)
+	_ = wire.SetICRCPieces(ip, udp, head, payload, tail)
 }
 
 // verifier checks received ICRCs; each shard's driver has one.
@@ -93,20 +94,15 @@ func (v *verifier) verify(mode ICRCMode, from, to netip.AddrPort, pkt wire.Packe
 	if mode == ICRCOff {
 		return guess, true
 	}
-	src, dst := from.Addr().Unmap(), to.Addr().Unmap()
-	var udp [8]byte
-	udpHeader(&udp, from.Port(), to.Port(), pkt.Len())
-	if src.Is4() && dst.Is4() {
-		var ip [20]byte
-		if mode == ICRCStrict {
-			ipv4Header(&ip, src, dst, pkt.Len(), 0)
-			return 0, wire.VerifyICRC(ip[:], udp[:], pkt.Bytes()) == nil
-		}
-		ipv4Header(&ip, src, dst, pkt.Len(), guess)
-		id, _, err := v.rec.VerifyIPv4(ip[:], udp[:], pkt.Bytes())
+	try := guess
+	if mode == ICRCStrict {
+		try = 0
+	}
+	var h wireHeaders
+	ip, udp := h.fill(from, to, pkt.Len(), try)
+	if len(ip) == 20 && mode != ICRCStrict {
+		id, _, err := v.rec.VerifyIPv4(ip, udp, pkt.Bytes())
 		return id, err == nil
 	}
-	var ip [40]byte
-	ipv6Header(&ip, from.Addr(), to.Addr(), pkt.Len())
-	return 0, wire.VerifyICRC(ip[:], udp[:], pkt.Bytes()) == nil
+	return 0, wire.VerifyICRC(ip, udp, pkt.Bytes()) == nil
 }
