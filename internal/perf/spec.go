@@ -343,13 +343,13 @@ func (m Metric) of(r Result) float64 {
 		if r.Pings > 0 {
 			v = float64(r.CPU) / float64(time.Microsecond) / float64(r.Pings)
 		}
-	case Busy:
-		if r.Elapsed > 0 {
-			v = r.SelfCPU.Seconds() / r.Elapsed.Seconds()
+	case Busy, PeerBusy:
+		cpu := r.SelfCPU
+		if m == PeerBusy {
+			cpu = r.PeerCPU
 		}
-	case PeerBusy:
 		if r.Elapsed > 0 {
-			v = r.PeerCPU.Seconds() / r.Elapsed.Seconds()
+			v = cpu.Seconds() / r.Elapsed.Seconds()
 		}
 	}
 	if v <= 0 {
