@@ -32,6 +32,17 @@ func run(n, seg, last int) []byte {
 	return b
 }
 
+// listen opens a Conn on a loopback address of n, closed when the test ends.
+func listen(t *testing.T, n Network, opts Options) Conn {
+	t.Helper()
+	c, err := n.Listen(netip.MustParseAddrPort("127.0.0.1:0"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // TestGSOToGRO sends one GSO write of 10 segments (9 of 1200 bytes and one of 500) to a receiver
 // with GRO and to one without: the first reads one run and splits it into the same 10 datagrams
 // the second reads one by one.
@@ -40,11 +51,7 @@ func TestGSOToGRO(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			net := nw()
 			addr := netip.MustParseAddrPort("127.0.0.1:0")
-			tx, err := net.Listen(addr, Options{GSO: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Close()
+			tx := listen(t, net, Options{GSO: true})
 			if tx.Offload().GSO == 0 {
 				t.Skip("no UDP GSO in this kernel")
 			}
@@ -336,17 +343,7 @@ func TestGatherPieces(t *testing.T) {
 	for name, nw := range networks() {
 		t.Run(name, func(t *testing.T) {
 			net := nw()
-			addr := netip.MustParseAddrPort("127.0.0.1:0")
-			tx, err := net.Listen(addr, Options{GSO: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Close()
-			rx, err := net.Listen(addr, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rx.Close()
+			tx, rx := listen(t, net, Options{GSO: true}), listen(t, net, Options{})
 			if !tx.Offload().Gather {
 				t.Skip("this Conn does not gather")
 			}
@@ -368,7 +365,7 @@ func TestGatherPieces(t *testing.T) {
 			for i := range want {
 				checkDatagram(t, got[i], want[i], tx.LocalAddr())
 			}
-			if s := tx.(interface{ Stats() Stats }).Stats(); s.DatagramsOut != uint64(len(want)) || s.BytesOut != uint64(len(one)+len(bytes.Join(want[1:], nil))) {
+			if s, _ := StatsOf(tx); s.DatagramsOut != uint64(len(want)) || s.BytesOut != uint64(len(one)+len(bytes.Join(want[1:], nil))) {
 				t.Errorf("stats %+v, want %d datagrams", s, len(want))
 			}
 		})
