@@ -191,4 +191,7 @@ var (
 	ErrGSO = errors.New("conn: UDP GSO refused")
 	// ErrDeadline is os.ErrDeadlineExceeded: ReadBatch's error when its deadline passed.
 	ErrDeadline = os.ErrDeadlineExceeded
+	// ErrSendOnly is returned by ReadBatch and PollBatch on a socket opened with
+	// Options.SendOnly.
+	ErrSendOnly = errors.New("conn: socket is send-only")
 )

@@ -37,6 +37,13 @@ type Options struct {
 	GSO bool
 	// GRO asks for UDP generic receive offload (UDP_GRO): reads may return coalesced runs.
 	GRO bool
+	// SendOnly opens a socket that is only written to (on Linux; elsewhere it is ignored). It
+	// stays out of the Go netpoller, whose registration asks for write readiness too: Linux wakes
+	// a socket's epoll watchers whenever it frees a datagram the socket sent (sock_wfree, at once
+	// on loopback), and so woke a runtime thread blocked in the netpoller once a write, for
+	// nothing. A write that finds the send buffer full waits in poll(2) instead. ReadBatch and
+	// PollBatch fail with ErrSendOnly.
+	SendOnly bool
 }
 
 func (o Options) batchSize() int {

@@ -27,9 +27,9 @@ import (
 const oobSize = 96
 
 // UDPConn is the Linux Conn: an unconnected UDP socket driven with recvmmsg/sendmmsg through
-// the Go netpoller, with UDP GSO and GRO where asked for and available. Each direction owns
-// preallocated mmsghdr, iovec, sockaddr and control arrays, so ReadBatch and WriteBatch allocate
-// nothing in steady state.
+// the Go netpoller (a send-only one stays out of it: Options.SendOnly), with UDP GSO and GRO where
+// asked for and available. Each direction owns preallocated mmsghdr, iovec, sockaddr and control
+// arrays, so ReadBatch and WriteBatch allocate nothing in steady state.
 //
 // Concurrency: ReadBatch calls serialize on rmu, WriteBatch calls on wmu; a reader and a writer
 // run in parallel. Close may be called from any goroutine, any number of times; it unblocks a
@@ -46,6 +46,7 @@ type UDPConn struct {
 	gro       bool
 	gso       atomic.Bool // UDP_SEGMENT works; cleared when the kernel refuses a GSO write
 	closed    atomic.Bool
+	sendOnly  bool // out of the netpoller: see Options.SendOnly
 	stats     counters
 
 	rmu    sync.Mutex // guards the fields below, the receive side
@@ -237,6 +238,7 @@ func listenUDP(addr netip.AddrPort, opts Options, reusePort bool) (*UDPConn, err
 		return nil, fmt.Errorf("conn: listen %v: %w", addr, serr)
 	}
 	c.alloc()
+	c.sendOnly = opts.SendOnly
 	if err := c.fromNet(udp); err != nil {
 		udp.Close()
 		return nil, fmt.Errorf("conn: listen %v: %w", addr, err)
@@ -259,7 +261,15 @@ func (c *UDPConn) fromNet(udp *net.UDPConn) error {
 	if derr != nil {
 		return os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", derr)
 	}
-	f := os.NewFile(uintptr(nfd), "goroce-udp") // non-blocking, as udp's descriptor was: the netpoller takes it
+	if c.sendOnly {
+		// A descriptor in blocking mode stays out of the netpoller (os.NewFile); every write passes
+		// MSG_DONTWAIT, and sendmmsg waits in poll(2) for room.
+		if err := unix.SetNonblock(nfd, false); err != nil {
+			unix.Close(nfd)
+			return os.NewSyscallError("fcntl", err)
+		}
+	}
+	f := os.NewFile(uintptr(nfd), "goroce-udp") // non-blocking, as udp's descriptor was, unless send-only: the netpoller takes it
 	raw, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
@@ -402,6 +412,18 @@ func (c *UDPConn) recvmmsg(fd uintptr) bool {
 	}
 }
 
+// waitWritable waits until fd has room to send, or sendPollSlice passes: a send-only socket, out of
+// the netpoller, waits in poll(2), a blocking system call the Go scheduler sees. The caller checks
+// whether the socket was closed in between.
+func waitWritable(fd int) {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+	_, _ = unix.Poll(pfd, sendPollSlice)
+}
+
+// sendPollSlice is how long, in milliseconds, a send-only socket's write waits for room before it
+// looks again whether the socket was closed.
+const sendPollSlice = 10
+
 // sendmmsg is the poller callback of WriteBatch.
 func (c *UDPConn) sendmmsg(fd uintptr) bool {
 	for {
@@ -411,7 +433,15 @@ func (c *UDPConn) sendmmsg(fd uintptr) bool {
 			c.wgot, c.werr = int(n), 0
 			return true
 		case unix.EAGAIN:
-			return false
+			if !c.sendOnly {
+				return false
+			}
+			if c.closed.Load() {
+				c.wgot, c.werr = 0, unix.EBADF // WriteBatch returns ErrClosed
+				return true
+			}
+			waitWritable(int(fd))
+			continue
 		case unix.EINTR:
 			continue
 		}
@@ -451,6 +481,9 @@ func (c *UDPConn) readBatch(msgs []Message, block bool) (int, error) {
 	defer c.rmu.Unlock()
 	if c.closed.Load() {
 		return 0, ErrClosed
+	}
+	if c.sendOnly {
+		return 0, ErrSendOnly
 	}
 	n := min(len(msgs), c.batch)
 	if n == 0 {
@@ -616,6 +649,9 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 		clear(c.wpcs[:c.wpn]) // do not keep the pieces' memory reachable
 		if err != nil {
 			return sent, c.pollErr(err)
+		}
+		if c.werr == unix.EBADF && c.closed.Load() { // a send-only write waiting for room saw Close
+			return sent, ErrClosed
 		}
 		c.stats.writeBatches.Add(1)
 		var bytes, dgrams uint64

@@ -18,6 +18,8 @@
 //
 // A QP sends from one of up to SourcePorts sockets bound to ephemeral ports, picked by its QPN, so that
 // its packets form one UDP flow (ECMP and receive steering keep it together) and different QPs spread.
+// They only send (peers answer to port 4791) and stay out of the netpoller (conn.Options.SendOnly),
+// which Linux would otherwise wake each time it frees a datagram they sent.
 // Every packet of a QP is built and sent under its port's lock, so a QP's packets leave in the order
 // its engine built them. Runs of equal-sized packets to one destination leave in one GSO write, each
 // segment sealed with the IPv4 identification the kernel will give it. See tx.go.
@@ -343,7 +345,7 @@ func (d *Datapath) portFor(qpn wire.QPN) (*port, error) {
 	if d.closing.Load() {
 		return nil, ErrClosed
 	}
-	c, err := d.net.Listen(netip.AddrPortFrom(d.local.Addr(), 0), conn.Options{GSO: d.gso.mode != GSOOff, RecvBuffer: -1})
+	c, err := d.net.Listen(netip.AddrPortFrom(d.local.Addr(), 0), conn.Options{GSO: d.gso.mode != GSOOff, RecvBuffer: -1, SendOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("opening a send socket: %w", err)
 	}

@@ -455,3 +455,49 @@ func BenchmarkReceiveGRORun(b *testing.B) {
 		b.Fatalf("%d packets failed the ICRC", st.DropICRC)
 	}
 }
+
+// optsNetwork records the Options each socket is opened with.
+type optsNetwork struct {
+	conn.Network
+	listen, shards []conn.Options
+}
+
+func (n *optsNetwork) Listen(addr netip.AddrPort, opts conn.Options) (conn.Conn, error) {
+	n.listen = append(n.listen, opts)
+	return n.Network.Listen(addr, opts)
+}
+
+func (n *optsNetwork) ListenShards(addr netip.AddrPort, k int, opts conn.Options) ([]conn.Conn, error) {
+	n.shards = append(n.shards, opts)
+	return n.Network.ListenShards(addr, k, opts)
+}
+
+// TestSendSocketsSendOnly: the sockets a QP sends from are opened send-only, out of the netpoller
+// (conn.Options.SendOnly), and the receive sockets are not.
+func TestSendSocketsSendOnly(t *testing.T) {
+	n := &optsNetwork{Network: conn.NewMemNetwork()}
+	d, err := Open(Config{Network: n, Addr: srcAP, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	mem := mr.NewTable()
+	cq := d.NewCQ(16)
+	if _, err := d.NewQP(QPConfig{Engine: qp.Config{Type: qp.RC, PD: mem.AllocPD(), Memory: mem, MaxSendWR: 4, MaxRecvWR: 4,
+		MaxSendSGE: 1, MaxRecvSGE: 1}, SendCQ: cq, RecvCQ: cq}); err != nil {
+		t.Fatal(err)
+	}
+	if len(n.shards) == 0 || len(n.listen) == 0 {
+		t.Fatalf("%d receive and %d send sockets opened, want some of each", len(n.shards), len(n.listen))
+	}
+	for _, o := range n.shards {
+		if o.SendOnly {
+			t.Errorf("a receive socket was opened send-only: %+v", o)
+		}
+	}
+	for _, o := range n.listen {
+		if !o.SendOnly {
+			t.Errorf("a send socket was opened with the netpoller: %+v", o)
+		}
+	}
+}
