@@ -86,7 +86,8 @@ type Config struct {
 	// acknowledges, or any other packet of its QP) before it leaves alone: 25 us unless set; negative
 	// sends every ACK at once, as rxe does. Requesters retransmit after milliseconds, so the wait costs
 	// them nothing, while a request-reply exchange saves a packet's worth of system calls and wake-ups
-	// each way. See qp.Config.AckDelay.
+	// each way. A QP whose ACK waited in vain sends the next ones at once until it sends a request
+	// again, so a stream's receiver does not hold each ACK back. See qp.Config.AckDelay.
 	AckDelay time.Duration
 	// NoTailProbe turns off the RC requester's tail-loss probe (see qp.Config.TailProbe): with it, a
 	// lost last packet or a lost ACK costs about two round trips (at least 1 ms) instead of the local

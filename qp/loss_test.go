@@ -406,6 +406,29 @@ func TestAckDelay(t *testing.T) {
 	if got := poll(l.a.scq); len(got) != 2 {
 		t.Fatalf("completions %+v", got)
 	}
+	// That ACK waited in vain: B answers nothing, as a SEND stream's receiver does not, and its next
+	// ACK leaves at once.
+	start = l.now
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 6}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 7, Opcode: WRSend, Flags: Signaled}))
+	l.run(time.Second)
+	if got := l.now.Sub(start); got >= 20*time.Microsecond {
+		t.Fatalf("ACK after an ACK that waited in vain arrived after %v, want it sent at once", got)
+	}
+	// Once B sends a request again, its ACKs wait for company again.
+	must(t, l.a.qp.PostRecv(&RecvWR{ID: 8}))
+	must(t, l.b.qp.PostSend(l.now, &SendWR{ID: 9, Opcode: WRSend, Flags: Signaled}))
+	l.run(time.Second)
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 10}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 11, Opcode: WRSend, Flags: Signaled}))
+	l.run(5 * time.Microsecond)
+	if d := l.b.qp.NextDeadline(); d.IsZero() || d.Sub(l.now) > 20*time.Microsecond {
+		t.Fatalf("after B's own SEND, its next ACK is not held: next deadline %v (now %v)", d, l.now)
+	}
+	l.run(time.Second)
+	if got := poll(l.a.scq); len(got) != 2 {
+		t.Fatalf("completions %+v", got)
+	}
 }
 
 // A second gap, found while the requester resends after the first NAK, is NAKed after an ACK for what

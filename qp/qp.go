@@ -56,7 +56,9 @@ type Config struct {
 	PortMTU wire.MTU
 	// AckDelay lets a plain ACK wait up to this long for company: it leaves at once when another
 	// response or a request of this QP is to be sent, else when the delay ends. The peer then gets the
-	// ACK and, say, the reply to its SEND in one go. Zero sends ACKs at once, as rxe does. IBTA Vol 1
+	// ACK and, say, the reply to its SEND in one go. An ACK that waited in vain makes the next ones
+	// leave at once, until the QP sends a request again: a SEND stream's receiver, which answers
+	// nothing, does not hold every ACK back. Zero sends ACKs at once, as rxe does. IBTA Vol 1
 	// 9.7.5.1.1 lets a responder coalesce acknowledgements.
 	AckDelay time.Duration
 	// OnEvent, if set, is told of the QP's asynchronous events, on the goroutine that runs the engine:
@@ -446,6 +448,7 @@ func (q *QP) AppendPacket(now time.Time, dst []byte) ([]byte, Tx, bool) {
 	if out, tx, ok := q.req.appendPacket(q, now, dst); ok {
 		q.counters.SentPkts++
 		q.companyAt = now
+		q.rsp.alone = false // requests go out: a reply may carry the next ACK
 		return out, tx, true
 	}
 	if company {

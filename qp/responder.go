@@ -23,6 +23,11 @@ type responder struct {
 	// new gap in that state the responder acknowledges what it has. The NAK implies that ACK (IBTA
 	// Vol 1 9.7.5.1.2), so the extra packet tells a conforming requester nothing new.
 	nakUnacked bool
+	// alone says the last ACK held for company (Config.AckDelay) found none and left when its delay
+	// ended: the program answers nothing here, as a SEND stream's receiver does not, and the ACKs
+	// that follow leave at once rather than each wait the delay out. The next request this QP sends
+	// clears it.
+	alone bool
 
 	msg  message    // the SEND or WRITE in progress
 	sgl  []mr.SGE   // storage for the bound receive's SGL
@@ -340,7 +345,7 @@ func (r *responder) handleRC(q *QP, p wire.Packet) {
 		// may answer it, and the answer carries the ACK. Nothing answers a WRITE: its ACK leaves now,
 		// coalesced with those of the rest of the batch the datapath is handling.
 		var due time.Time
-		if d := q.cfg.AckDelay; d > 0 && completesRecv(i) {
+		if d := q.cfg.AckDelay; d > 0 && completesRecv(i) && !r.alone {
 			due = r.now.Add(d)
 		}
 		r.queueAckDue(psn, wire.SyndromeACK(wire.CreditInvalid), false, due)
@@ -758,8 +763,11 @@ func (r *responder) appendPacket(q *QP, now time.Time, dst []byte, force bool) (
 	if j == nil || q.typ != RC {
 		return dst, Tx{}, false
 	}
-	if !j.due.IsZero() && now.Before(j.due) && !force && r.jobs.n == 1 {
-		return dst, Tx{}, false // a delayed ACK waiting for company
+	if !j.due.IsZero() && !force && r.jobs.n == 1 {
+		if now.Before(j.due) {
+			return dst, Tx{}, false // a delayed ACK waiting for company
+		}
+		r.alone = true // it waited in vain
 	}
 	switch q.state {
 	case StateRTR, StateRTS, StateSQD:
