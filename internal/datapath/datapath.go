@@ -174,7 +174,8 @@ type Config struct {
 	// Linger is how long a goroutine that drove a shard from CQ.Wait keeps it after its completion
 	// came, so that its next Wait drives again without a hand-over: 1 ms unless set; negative
 	// disables driving from Wait. Packets for the shard that come meanwhile wait for the next Wait,
-	// or for the linger's end.
+	// or for the shard's own goroutine, which takes over once the linger has ended: at most
+	// maxLingerSlack (3 ms) later when waiters kept renewing it.
 	Linger time.Duration
 }
 
