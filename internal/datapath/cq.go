@@ -88,10 +88,12 @@ func (c *CQ) attach(s *shard) {
 func (c *CQ) Wait(ctx context.Context, solicited bool) error {
 	d := c.d
 	c.notified.Store(false)
-	c.cq.Arm(solicited)
+	if solicited {
+		c.cq.Arm(true) // once: only a solicited or error completion ends the wait
+	}
 	for {
 		if !solicited {
-			c.cq.Arm(false)
+			c.cq.Arm(false) // before each look: a completion pushed after it notifies
 		}
 		if d.closing.Load() || c.closed.Load() {
 			return ErrClosed
