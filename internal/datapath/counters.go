@@ -17,6 +17,7 @@ type counters struct {
 	drivenWaits, parkedWaits, handovers                    atomic.Uint64
 	rxMADs, txMADs, dropGSI                                atomic.Uint64
 	drains, deadlineArms, deadlineWakes, yields            atomic.Uint64
+	busyPolls, busyPollMisses                              atomic.Uint64
 }
 
 // Stats are the datapath's counters.
@@ -44,6 +45,8 @@ type Stats struct {
 	DeadlineArms                           uint64 // read deadlines set: each moves a Go runtime timer, which wakes a thread
 	DeadlineWakes                          uint64 // reads that returned because their deadline passed
 	Yields                                 uint64 // times a busy driver gave up its processor to let the scheduler poll the network (shard.yield)
+	BusyPolls                              uint64 // reads that found packets while a waiter polled (Config.BusyPoll)
+	BusyPollMisses                         uint64 // polls that found nothing in Config.BusyPoll, after which the waiter slept
 	RxMADs                                 uint64 // MADs received on QP1 and handed to Config.GSI
 	TxMADs                                 uint64 // MADs sent from QP1 (SendMAD)
 	DropGSI                                uint64 // packets for QP1 that are not MADs (DropGSI)
@@ -62,6 +65,7 @@ func (d *Datapath) Stats() Stats {
 		SteerFailed: c.steerFailed.Load(), DrivenWaits: c.drivenWaits.Load(), ParkedWaits: c.parkedWaits.Load(),
 		Handovers: c.handovers.Load(), RxMADs: c.rxMADs.Load(), TxMADs: c.txMADs.Load(), DropGSI: c.dropGSI.Load(), TimerDrains: c.drains.Load(),
 		DeadlineArms: c.deadlineArms.Load(), DeadlineWakes: c.deadlineWakes.Load(), Yields: c.yields.Load(),
+		BusyPolls: c.busyPolls.Load(), BusyPollMisses: c.busyPollMisses.Load(),
 	}
 	for _, sh := range d.shards {
 		if cs, ok := conn.StatsOf(sh.conn); ok {

@@ -177,6 +177,12 @@ type Config struct {
 	// or for the shard's own goroutine, which takes over once the linger has ended: at most
 	// maxLingerSlack (3 ms) later when waiters kept renewing it.
 	Linger time.Duration
+	// BusyPoll is how long a goroutine that drives its shard from CQ.Wait reads the socket without
+	// sleeping, before it sleeps in the netpoller: Linux's SO_BUSY_POLL for the shard's socket, and
+	// what ibv_poll_cq in a loop is to a NIC. A reply that comes meanwhile costs no wake-up, about
+	// half a round trip between two processes on loopback, and the goroutine keeps a CPU busy while
+	// it polls. 0 sleeps at once. Only with the real clock.
+	BusyPoll time.Duration
 }
 
 // Datapath is the runtime of one device. See the package documentation.

@@ -391,7 +391,7 @@ func (s *shard) step() error {
 	if c := s.waitCQ; c != nil && c.ready(s.waitSolicited) {
 		return nil
 	}
-	n, err := s.conn.ReadBatch(s.rx.msgs)
+	n, waited, err := s.read()
 	switch {
 	case err == conn.ErrDeadline:
 		s.lastNow = time.Time{} // the read may have waited long: no reading is recent
@@ -408,13 +408,38 @@ func (s *shard) step() error {
 	s.inStep.Store(true)
 	now = d.clock.Now()
 	s.lastNow = now
-	if s.waits != nil && s.waits.Waited() {
+	if waited {
 		s.yielded = now // the goroutine parked in the read: the scheduler has had its turn
 	}
 	s.receive(n, now)
 	s.inStep.Store(false)
 	s.yield(now)
 	return nil
+}
+
+// read reads a batch for step, and reports whether the goroutine parked in the netpoller for it. A
+// waiter that drives with Config.BusyPoll set first polls the socket without sleeping for up to that
+// long; a kick (a completion from elsewhere, a deadline filed, ctx's end) ends the polling, and the
+// read that follows returns at once.
+func (s *shard) read() (n int, waited bool, err error) {
+	d := s.d
+	if p, ok := s.conn.(conn.Poller); ok && d.cfg.BusyPoll > 0 && s.waitCQ != nil && d.cfg.RealClock {
+		end := time.Now().Add(d.cfg.BusyPoll)
+		for !s.kicked.Load() {
+			if n, err = p.PollBatch(s.rx.msgs); n > 0 || err != nil {
+				if n > 0 {
+					d.stats.busyPolls.Add(1)
+				}
+				return n, false, err
+			}
+			if time.Now().After(end) {
+				break
+			}
+		}
+		d.stats.busyPollMisses.Add(1)
+	}
+	n, err = s.conn.ReadBatch(s.rx.msgs)
+	return n, err == nil && s.waits != nil && s.waits.Waited(), err
 }
 
 // yieldEvery is how long a driver runs at most before it lets the Go scheduler look at the network.
