@@ -63,6 +63,8 @@ func perfLoopback(args []string) error {
 	fs.IntVar(&cfg.Window, "window", cfg.Window, "raw UDP datagrams in flight")
 	fs.IntVar(&cfg.Burst, "burst", cfg.Burst, "raw UDP datagrams per GSO write")
 	fs.IntVar(&cfg.Pings, "pings", cfg.Pings, "round trips of each ping-pong run")
+	fs.DurationVar(&cfg.BusyPoll, "busy-poll", cfg.BusyPoll, "ping-pongs poll for up to this `duration` before they sleep: goroce's devices (Config.BusyPoll)\n"+
+		"and raw UDP's readers alike, as ib_send_lat polls its CQ unless given -e; 0 sleeps at once")
 	fs.IntVar(&cfg.IdleQPs, "idle-qps", cfg.IdleQPs, "connected idle RC QPs of the memory measurement, made once in this process (0: none)")
 	only := fs.String("only", "", "comma-separated `groups` to run: "+strings.Join(perf.Groups, ", ")+"; all unless set")
 	base := fs.String("addr", cfg.Base.String(), "first of the loopback `address`es used: this process +1, the child +2, the one-process pairs +3 to +12")

@@ -195,3 +195,32 @@ var (
 	// Options.SendOnly.
 	ErrSendOnly = errors.New("conn: socket is send-only")
 )
+
+// BusyPolling returns c with a ReadBatch that polls for up to d (PollBatch, without sleeping) before it
+// waits as c's does: what a program that busy-polls a UDP socket does, the baseline for a goroce device
+// with Config.BusyPoll. c must be a Poller; other Conns, and d <= 0, are returned as they are.
+func BusyPolling(c Conn, d time.Duration) Conn {
+	p, ok := c.(Poller)
+	if !ok || d <= 0 {
+		return c
+	}
+	return &busyPolling{Conn: c, p: p, d: d}
+}
+
+type busyPolling struct {
+	Conn
+	p Poller
+	d time.Duration
+}
+
+func (b *busyPolling) ReadBatch(msgs []Message) (int, error) {
+	end := time.Now().Add(b.d)
+	for {
+		if n, err := b.p.PollBatch(msgs); n > 0 || err != nil {
+			return n, err
+		}
+		if time.Now().After(end) {
+			return b.Conn.ReadBatch(msgs)
+		}
+	}
+}

@@ -45,7 +45,7 @@ type side struct {
 // openSide opens a device on addr and creates s.QPs queue pairs, each with its CQ and a slot of
 // s.Size bytes of one region.
 func openSide(addr netip.Addr, s Spec) (*side, error) {
-	cfg := goroce.Config{Addr: addr}
+	cfg := goroce.Config{Addr: addr, BusyPoll: s.BusyPoll}
 	if !s.GSO {
 		cfg.GSO = goroce.GSOOff
 	}

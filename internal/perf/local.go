@@ -139,7 +139,7 @@ func localUDPPingPong(ctx context.Context, s Spec, a, b netip.Addr) (Result, err
 	defer cb.Close()
 	var cpu cpuSpan
 	cpu.begin()
-	r, err := conn.RawPingPong(ctx, ca, cb, s.Size, s.Pings)
+	r, err := conn.RawPingPong(ctx, conn.BusyPolling(ca, s.BusyPoll), conn.BusyPolling(cb, s.BusyPoll), s.Size, s.Pings)
 	cpu.end()
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", s.Title, err)

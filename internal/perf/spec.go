@@ -65,7 +65,10 @@ type Spec struct {
 	Burst   int `json:"burst,omitempty"`
 	Window  int `json:"window,omitempty"`
 
-	Pings    int           `json:"pings,omitempty"`    // ping-pongs: round trips measured
+	Pings int `json:"pings,omitempty"` // ping-pongs: round trips measured
+	// BusyPoll: ping-pongs poll for up to this long before they sleep, goroce's devices
+	// (Config.BusyPoll) and raw UDP's readers (conn.BusyPolling) alike.
+	BusyPoll time.Duration `json:"busypoll,omitempty"`
 	Duration time.Duration `json:"duration,omitempty"` // throughput: the timed interval
 	Warmup   time.Duration `json:"warmup,omitempty"`   // throughput: traffic before it
 
@@ -126,6 +129,7 @@ type Config struct {
 	Window   int           // raw UDP datagrams in flight
 	Burst    int           // raw UDP datagrams per GSO write
 	Pings    int           // round trips of each ping-pong run
+	BusyPoll time.Duration // ping-pongs poll for up to this long before they sleep, goroce and raw UDP alike
 	IdleQPs  int           // connected idle QPs of the memory run (0: none)
 	Only     []string      // groups to run; all when empty
 	// Base is the first of the loopback addresses used: Base+1 is the parent's and Base+2 the
@@ -246,6 +250,10 @@ func (c Config) Specs() ([]Spec, error) {
 	slices.Sort(qpCounts)
 	msg := sizeString(c.Msg)
 	size := udpDatagram(c.MTU)
+	polling := ""
+	if c.BusyPoll > 0 {
+		polling = fmt.Sprintf(", busy-polling %v", c.BusyPoll)
+	}
 	if c.Procs != ProcsOne {
 		for _, n := range qpCounts {
 			add(gor(fmt.Sprintf("write-%d-gso", n), fmt.Sprintf("goroce WRITE %s, %s, GSO (default)", msg, qpString(n)), GoroceWrite, n, true, GroupWrite))
@@ -264,20 +272,20 @@ func (c Config) Specs() ([]Spec, error) {
 		add(udp)
 		udp.ID, udp.Title, udp.GSO, udp.Burst = "udp-gso", fmt.Sprintf("raw UDP, %d-byte datagrams, %d per GSO write, GRO", size, c.Burst), true, c.Burst
 		add(udp)
-		add(Spec{ID: "pingpong", Title: fmt.Sprintf("goroce %d-byte SEND ping-pong", pingPayload), Kind: GorocePingPong, Groups: []string{GroupPingPong},
-			QPs: 1, GSO: true, Size: pingPayload, MTU: pingMTU, Depth: pingDepth, CQMod: 1, Pings: c.Pings})
-		add(Spec{ID: "udp-pingpong", Title: fmt.Sprintf("raw UDP %d-byte ping-pong", pingDatagram), Kind: UDPPingPong, Groups: []string{GroupPingPong},
-			Size: pingDatagram, Pings: c.Pings})
+		add(Spec{ID: "pingpong", Title: fmt.Sprintf("goroce %d-byte SEND ping-pong%s", pingPayload, polling), Kind: GorocePingPong, Groups: []string{GroupPingPong},
+			QPs: 1, GSO: true, Size: pingPayload, MTU: pingMTU, Depth: pingDepth, CQMod: 1, Pings: c.Pings, BusyPoll: c.BusyPoll})
+		add(Spec{ID: "udp-pingpong", Title: fmt.Sprintf("raw UDP %d-byte ping-pong%s", pingDatagram, polling), Kind: UDPPingPong, Groups: []string{GroupPingPong},
+			Size: pingDatagram, Pings: c.Pings, BusyPoll: c.BusyPoll})
 	}
 	if c.Procs != ProcsTwo {
 		add(Spec{ID: "local-write", Title: fmt.Sprintf("goroce WRITE %s, 1 QP, GSO", msg), Kind: LocalWrite, Groups: []string{GroupWrite},
 			QPs: 1, GSO: true, Size: c.Msg, MTU: c.MTU, Depth: c.Depth, CQMod: c.CQMod, Duration: c.Duration, Warmup: c.Warmup})
 		add(Spec{ID: "local-udp", Title: fmt.Sprintf("raw UDP, %d-byte datagrams, one a packet", size), Kind: LocalUDP, Groups: []string{GroupWrite, GroupUDP},
 			Size: size, Payload: c.MTU, Window: c.Window, Burst: 1, Duration: c.Duration})
-		add(Spec{ID: "local-pingpong", Title: fmt.Sprintf("goroce %d-byte SEND ping-pong", pingPayload), Kind: LocalPingPong, Groups: []string{GroupPingPong},
-			QPs: 1, GSO: true, Size: pingPayload, MTU: pingMTU, Depth: pingDepth, CQMod: 1, Pings: c.Pings})
-		add(Spec{ID: "local-udp-pingpong", Title: fmt.Sprintf("raw UDP %d-byte ping-pong", pingDatagram), Kind: LocalUDPPingPong, Groups: []string{GroupPingPong},
-			Size: pingDatagram, Pings: c.Pings})
+		add(Spec{ID: "local-pingpong", Title: fmt.Sprintf("goroce %d-byte SEND ping-pong%s", pingPayload, polling), Kind: LocalPingPong, Groups: []string{GroupPingPong},
+			QPs: 1, GSO: true, Size: pingPayload, MTU: pingMTU, Depth: pingDepth, CQMod: 1, Pings: c.Pings, BusyPoll: c.BusyPoll})
+		add(Spec{ID: "local-udp-pingpong", Title: fmt.Sprintf("raw UDP %d-byte ping-pong%s", pingDatagram, polling), Kind: LocalUDPPingPong, Groups: []string{GroupPingPong},
+			Size: pingDatagram, Pings: c.Pings, BusyPoll: c.BusyPoll})
 	}
 	return out, nil
 }

@@ -219,6 +219,7 @@ func startUDPServer(s Spec, addr netip.Addr) (*udpServer, Endpoint, error) {
 		msgs[i].Buf = make([]byte, size)
 	}
 	if s.Kind == UDPPingPong {
+		u.c = conn.BusyPolling(c, s.BusyPoll)
 		go u.echo(s, msgs)
 	} else {
 		go u.sink(s, msgs)
@@ -358,7 +359,7 @@ func udpPingPong(ctx context.Context, ch *Child, s Spec, local, remote netip.Add
 	if err != nil {
 		return res, fmt.Errorf("%w: start: address %q: %w", ErrChild, ep.Addr, err)
 	}
-	samples, cpu, err := rawPingLoop(ctx, c, dst, s, func() error { return ch.mark(ctx) })
+	samples, cpu, err := rawPingLoop(ctx, conn.BusyPolling(c, s.BusyPoll), dst, s, func() error { return ch.mark(ctx) })
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", s.Title, err)
 	}
