@@ -433,10 +433,10 @@ func (s *shard) read() (n int, waited bool, err error) {
 				return n, false, err
 			}
 			if time.Now().After(end) {
+				d.stats.busyPollMisses.Add(1)
 				break
 			}
 		}
-		d.stats.busyPollMisses.Add(1)
 	}
 	n, err = s.conn.ReadBatch(s.rx.msgs)
 	return n, err == nil && s.waits != nil && s.waits.Waited(), err
