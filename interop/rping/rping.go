@@ -596,12 +596,26 @@ func (p *peer) ping(ctx context.Context, ping int) error {
 		return waitError(err, "RDMA_WRITE_COMPLETE")
 	}
 	if p.opts.Check && !bytes.Equal(src, sink) {
-		return fmt.Errorf("%w (ping %d: sent %q, got back %q)", ErrBadData, ping, cString(src), cString(sink))
+		return fmt.Errorf("%w (ping %d: %s)", ErrBadData, ping, describeMismatch(src, sink))
 	}
 	if p.opts.Verbose {
 		p.printf("ping data: %s\n", cString(sink))
 	}
 	return nil
+}
+
+// describeMismatch says where sink first differs from src and shows both there, 32 bytes from a little
+// before that offset, and what the sink holds overall: a whole buffer quoted would hide the difference.
+func describeMismatch(src, sink []byte) string {
+	i := 0
+	for i < len(src) && i < len(sink) && src[i] == sink[i] {
+		i++
+	}
+	from := max(i-8, 0)
+	window := func(b []byte) []byte { return b[min(from, len(b)):min(from+32, len(b))] }
+	zeros := len(sink) - len(bytes.TrimLeft(sink[i:], "\x00")) - i
+	return fmt.Sprintf("sink differs from source at byte %d of %d (%d zero bytes from there): sent %q, got back %q at byte %d; sink starts %q",
+		i, len(src), zeros, window(src), window(sink), from, sink[:min(24, len(sink))])
 }
 
 // waitError names the state rping waited for when err ended the wait, keeping err matchable

@@ -404,3 +404,26 @@ func badServer(ctx context.Context, d *goroce.Device, ln *goroce.Listener) {
 		}
 	}
 }
+
+// TestDescribeMismatch: the error of a failed check names the first differing byte and shows both
+// buffers there, and counts the zeros a sink that was never written holds from there.
+func TestDescribeMismatch(t *testing.T) {
+	src, stale, empty := make([]byte, 100), make([]byte, 100), make([]byte, 100)
+	Fill(src, 1)
+	Fill(stale, 0)
+	copy(empty, src[:50])
+	for _, c := range []struct {
+		sink []byte
+		want []string
+	}{
+		{stale, []string{"at byte 10 of 100 (0 zero bytes", `got back "ma-ping-0: ABC`, `at byte 2;`}},
+		{empty, []string{"at byte 50 of 100 (50 zero bytes", `got back "`}},
+	} {
+		got := describeMismatch(src, c.sink)
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("describeMismatch = %s\nwant it to contain %q", got, w)
+			}
+		}
+	}
+}
