@@ -71,8 +71,9 @@ type Config struct {
 	// BusyPoll is how long a goroutine in CQ.Wait polls the device's socket before it sleeps, when it
 	// reads the socket itself (its CQ's queue pairs share a shard): Linux's SO_BUSY_POLL, or an RDMA
 	// program's ibv_poll_cq loop. A reply that comes within it costs no wake-up: a 16-byte ping-pong
-	// between two processes on loopback takes about half as long. The goroutine keeps a CPU busy
-	// meanwhile, so it suits request-reply loops, not waits that last. 0, the default, sleeps at once.
+	// between two processes on loopback took 16-17 us with 50 us of polling against 29 us without,
+	// on a 2-CPU machine. The goroutine keeps a CPU busy meanwhile, so it suits request-reply loops,
+	// not waits that last. 0, the default, sleeps at once.
 	BusyPoll time.Duration
 	// RecvBuffer is the socket receive buffer in bytes (SO_RCVBUF, or SO_RCVBUFFORCE when permitted).
 	RecvBuffer int

@@ -179,9 +179,9 @@ type Config struct {
 	Linger time.Duration
 	// BusyPoll is how long a goroutine that drives its shard from CQ.Wait reads the socket without
 	// sleeping, before it sleeps in the netpoller: Linux's SO_BUSY_POLL for the shard's socket, and
-	// what ibv_poll_cq in a loop is to a NIC. A reply that comes meanwhile costs no wake-up, about
-	// half a round trip between two processes on loopback, and the goroutine keeps a CPU busy while
-	// it polls. 0 sleeps at once. Only with the real clock.
+	// what ibv_poll_cq in a loop is to a NIC. A reply that comes meanwhile costs no wake-up (between
+	// two processes on loopback, 12 or 13 us of a 29 us round trip), and the goroutine keeps a CPU
+	// busy while it polls. 0 sleeps at once. Only with the real clock.
 	BusyPoll time.Duration
 }
 
