@@ -4,41 +4,28 @@ package goroce
 
 import (
 	"net/netip"
-	"os"
-	"os/exec"
-	"runtime"
 	"testing"
 
 	"github.com/goroce/goroce/internal/conn"
-	"golang.org/x/sys/unix"
+	"github.com/goroce/goroce/internal/netnstest"
 )
 
 // netnsNetwork is a conn.Network whose sockets are opened inside a network namespace of the test's
-// own: a goroutine locked to a thread that entered the namespace opens them, and a socket stays in the
-// namespace it was created in, whatever thread uses it later.
-type netnsNetwork struct {
-	req chan func()
-}
-
-func (n netnsNetwork) do(f func()) {
-	done := make(chan struct{})
-	n.req <- func() { f(); close(done) }
-	<-done
-}
+// own (netnstest), where they stay whatever thread uses them later.
+type netnsNetwork struct{ ns netnstest.NS }
 
 func (n netnsNetwork) Listen(addr netip.AddrPort, opts conn.Options) (c conn.Conn, err error) {
-	n.do(func() { c, err = conn.UDP.Listen(addr, opts) })
+	n.ns.Do(func() { c, err = conn.UDP.Listen(addr, opts) })
 	return c, err
 }
 
 func (n netnsNetwork) ListenShards(addr netip.AddrPort, k int, opts conn.Options) (cs []conn.Conn, err error) {
-	n.do(func() { cs, err = conn.UDP.ListenShards(addr, k, opts) })
+	n.ns.Do(func() { cs, err = conn.UDP.ListenShards(addr, k, opts) })
 	return cs, err
 }
 
 // newNetns creates a network namespace with the addresses on its loopback and returns a Network
-// inside it. Nothing outside the namespace is touched. It skips the test where namespaces cannot be
-// made (not root, no iproute2).
+// inside it. It skips the test where namespaces cannot be made (not root, no iproute2).
 func newNetns(t *testing.T, addrs ...netip.Addr) netnsNetwork {
 	t.Helper()
 	var cmds [][]string
@@ -56,57 +43,11 @@ func newNetns(t *testing.T, addrs ...netip.Addr) netnsNetwork {
 // arguments, run inside the namespace after lo is up.
 func newNetnsCmds(t *testing.T, cmds ...[]string) netnsNetwork {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
+	argvs := make([][]string, len(cmds))
+	for i, c := range cmds {
+		argvs[i] = append([]string{"ip"}, c...)
 	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2's ip")
-	}
-	n := netnsNetwork{req: make(chan func())}
-	setup := make(chan string)
-	stop := make(chan struct{})
-	t.Cleanup(func() { close(stop) })
-	go func() {
-		// The namespace belongs to this OS thread only; the thread is never given back to the
-		// runtime, so it dies with the goroutine instead of carrying the namespace elsewhere.
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			setup <- "skip: unshare(CLONE_NEWNET): " + err.Error()
-			return
-		}
-		run := func(args ...string) string {
-			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-				return "ip " + args[0] + ": " + err.Error() + ": " + string(out)
-			}
-			return ""
-		}
-		if e := run("link", "set", "lo", "up"); e != "" {
-			setup <- e
-			return
-		}
-		for _, c := range cmds {
-			if e := run(c...); e != "" {
-				setup <- e
-				return
-			}
-		}
-		setup <- ""
-		for {
-			select {
-			case f := <-n.req:
-				f()
-			case <-stop:
-				return
-			}
-		}
-	}()
-	switch e := <-setup; {
-	case len(e) > 5 && e[:5] == "skip:":
-		t.Skip(e[5:])
-	case e != "":
-		t.Fatal(e)
-	}
-	return n
+	return netnsNetwork{netnstest.New(t, argvs...)}
 }
 
 // IPv6 over real sockets: two devices on IPv6 addresses in a namespace of the test's own, every

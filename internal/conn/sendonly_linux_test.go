@@ -7,15 +7,13 @@ import (
 	"errors"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/goroce/goroce/internal/netnstest"
 )
 
 // TestSendOnly: a send-only socket sends what an ordinary one does, refuses reads with
@@ -67,7 +65,7 @@ func TestSendOnly(t *testing.T) {
 func TestSendOnlyWaitsForRoom(t *testing.T) {
 	shape := []string{"tc", "qdisc", "add", "dev", "v0", "root", "tbf", "rate", "8kbit", "burst", "1600", "limit", "10000000"}
 	unshape := []string{"tc", "qdisc", "del", "dev", "v0", "root"}
-	ns := newNetnsConn(t,
+	ns := netnstest.NewOrSkip(t,
 		[]string{"ip", "link", "add", "v0", "type", "veth", "peer", "name", "v1"},
 		[]string{"ip", "link", "set", "v0", "up"},
 		[]string{"ip", "link", "set", "v1", "up"},
@@ -77,7 +75,7 @@ func TestSendOnlyWaitsForRoom(t *testing.T) {
 	)
 	var s *UDPConn
 	var err error
-	ns.do(func() {
+	ns.Do(func() {
 		s, err = ListenUDP(netip.MustParseAddrPort("10.99.0.1:0"), Options{SendOnly: true, SendBuffer: 4096})
 	})
 	if err != nil {
@@ -106,7 +104,7 @@ func TestSendOnlyWaitsForRoom(t *testing.T) {
 		t.Fatalf("WriteBatch of 64 KB into a 4 KB send buffer behind an 8 kbit/s queue returned at once: %v", err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	ns.run(t, unshape...)
+	ns.Run(t, unshape...)
 	select {
 	case err := <-done:
 		if err != nil {
@@ -119,7 +117,7 @@ func TestSendOnlyWaitsForRoom(t *testing.T) {
 		t.Errorf("DatagramsOut = %d, want %d", st.DatagramsOut, len(msgs))
 	}
 
-	ns.run(t, shape...)
+	ns.Run(t, shape...)
 	done = write()
 	select {
 	case err := <-done:
@@ -178,66 +176,4 @@ func epollWatched(t *testing.T) map[int]bool {
 		t.Skip("no epoll instance to read in /proc/self/fdinfo")
 	}
 	return watched
-}
-
-// netnsConn runs functions and commands inside a network namespace of the test's own: a goroutine
-// locked to a thread that entered it runs them, and a socket opened there stays in the namespace.
-type netnsConn struct{ req chan func() }
-
-func (n netnsConn) do(f func()) {
-	done := make(chan struct{})
-	n.req <- func() { f(); close(done) }
-	<-done
-}
-
-// run runs a command in the namespace and fails the test if it fails.
-func (n netnsConn) run(t *testing.T, argv ...string) {
-	t.Helper()
-	var out []byte
-	var err error
-	n.do(func() { out, err = exec.Command(argv[0], argv[1:]...).CombinedOutput() })
-	if err != nil {
-		t.Fatalf("%s: %v: %s", strings.Join(argv, " "), err, out)
-	}
-}
-
-// newNetnsConn creates the namespace and runs cmds in it after bringing lo up. It skips the test
-// where that cannot be done (not root, no iproute2, a kernel without veth or tbf).
-func newNetnsConn(t *testing.T, cmds ...[]string) netnsConn {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
-	n := netnsConn{req: make(chan func())}
-	stop := make(chan struct{})
-	t.Cleanup(func() { close(stop) })
-	setup := make(chan error)
-	go func() {
-		// The thread is never given back to the runtime: it dies with the goroutine, namespace
-		// and all.
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			setup <- err
-			return
-		}
-		for _, argv := range append([][]string{{"ip", "link", "set", "lo", "up"}}, cmds...) {
-			if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
-				setup <- errors.New(strings.Join(argv, " ") + ": " + err.Error() + ": " + string(out))
-				return
-			}
-		}
-		setup <- nil
-		for {
-			select {
-			case f := <-n.req:
-				f()
-			case <-stop:
-				return
-			}
-		}
-	}()
-	if err := <-setup; err != nil {
-		t.Skip("cannot set up the network namespace:", err)
-	}
-	return n
 }

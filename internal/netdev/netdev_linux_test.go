@@ -5,16 +5,14 @@ package netdev
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/goroce/goroce/internal/netnstest"
 	"golang.org/x/sys/unix"
 )
 
@@ -134,9 +132,9 @@ func TestDevicesAgreeWithSysfs(t *testing.T) {
 // A veth in a namespace of the test's own: routes through it, to a local address (lo), and the
 // errors for destinations without a usable route.
 func TestEgressNetns(t *testing.T) {
-	inNetns(t, [][]string{
-		{"link", "set", "lo", "up"},
-		{"link", "add", "veth0", "type", "veth", "peer", "name", "veth1"},
+	// A kernel without veth skips the test; any other command that fails fails it.
+	ns := netnstest.NewOrSkip(t, []string{"ip", "link", "add", "veth0", "type", "veth", "peer", "name", "veth1"})
+	for _, args := range [][]string{
 		{"addr", "add", "10.99.0.1/24", "dev", "veth0"},
 		{"-6", "addr", "add", "fd00:99::1/64", "dev", "veth0", "nodad"},
 		{"link", "set", "veth0", "up"},
@@ -145,7 +143,10 @@ func TestEgressNetns(t *testing.T) {
 		{"route", "add", "blackhole", "10.97.0.0/24"},
 		{"route", "add", "prohibit", "10.96.0.0/24"},
 		{"-6", "route", "add", "unreachable", "2001:db8:2::/48"},
-	}, func() {
+	} {
+		ns.Run(t, append([]string{"ip"}, args...)...)
+	}
+	ns.Do(func() {
 		veth0, err := net.InterfaceByName("veth0")
 		if err != nil {
 			t.Error(err)
@@ -182,49 +183,6 @@ func TestEgressNetns(t *testing.T) {
 			}
 		}
 	})
-}
-
-// inNetns runs setup (ip commands) and then fn in a network namespace of the test's own, on an OS
-// thread that the namespace belongs to alone: the thread is never given back to the runtime, so it
-// dies with the goroutine instead of carrying the namespace elsewhere. fn reports with t.Error.
-// It skips the test where namespaces or veth devices cannot be made.
-func inNetns(t *testing.T, setup [][]string, fn func()) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2's ip")
-	}
-	type result struct{ skip, fatal string }
-	done := make(chan result, 1)
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			done <- result{skip: "unshare(CLONE_NEWNET): " + err.Error()}
-			return
-		}
-		for _, args := range setup {
-			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-				msg := fmt.Sprintf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-				if args[0] == "link" && args[1] == "add" {
-					done <- result{skip: msg}
-				} else {
-					done <- result{fatal: msg}
-				}
-				return
-			}
-		}
-		fn()
-	}()
-	r := <-done
-	if r.skip != "" {
-		t.Skip(r.skip)
-	}
-	if r.fatal != "" {
-		t.Fatal(r.fatal)
-	}
 }
 
 // The ethtool replies, built by hand: string set count, names, feature words.
