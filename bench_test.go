@@ -2,11 +2,8 @@ package goroce
 
 import (
 	"context"
-	"net/netip"
 	"testing"
 	"time"
-
-	"github.com/goroce/goroce/internal/testaddr"
 )
 
 // BenchmarkSendPingPong measures the round trip of a 16-byte SEND answered by a 16-byte SEND between
@@ -81,17 +78,7 @@ func BenchmarkWriteStream(b *testing.B) {
 	for _, gso := range []GSOMode{GSOAuto, GSOOff} {
 		name := map[GSOMode]string{GSOAuto: "gso", GSOOff: "nogso"}[gso]
 		b.Run(name, func(b *testing.B) {
-			a, c := testaddr.Pair()
-			open := func(addr netip.Addr) *Device {
-				d, err := Open(Config{Addr: addr, GSO: gso})
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { d.Close() })
-				return d
-			}
-			p := &testPair{a: open(a), b: open(c)}
-			p.connect(b, RC, ConnectOptions{MTU: MTU4096})
+			p := newPairConfig(b, Config{GSO: gso}, RC, ConnectOptions{MTU: MTU4096})
 			const size = 64 << 10
 			src, _ := p.pda.AllocMR(size, LocalWrite)
 			dst, _ := p.pdb.AllocMR(size, LocalWrite|RemoteWrite)

@@ -5,9 +5,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/goroce/goroce/internal/testaddr"
-	"net/netip"
 )
 
 // TestBusyPoll runs a ping-pong between two devices on loopback sockets with Config.BusyPoll: replies
@@ -16,17 +13,7 @@ import (
 // Without BusyPoll neither counter moves.
 func TestBusyPoll(t *testing.T) {
 	for _, poll := range []time.Duration{0, 2 * time.Millisecond} {
-		a, b := testaddr.Pair()
-		open := func(addr netip.Addr) *Device {
-			d, err := Open(Config{Addr: addr, BusyPoll: poll})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { d.Close() })
-			return d
-		}
-		p := &testPair{a: open(a), b: open(b)}
-		p.connect(t, RC, ConnectOptions{})
+		p := newPairConfig(t, Config{BusyPoll: poll}, RC, ConnectOptions{})
 		ma, _ := p.pda.RegMR(make([]byte, 64), LocalWrite)
 		mb, _ := p.pdb.RegMR(make([]byte, 64), LocalWrite)
 

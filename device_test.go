@@ -63,6 +63,25 @@ func newPair(t testing.TB, mem *conn.MemNetwork, typ QPType, opts ConnectOptions
 	return p
 }
 
+// newPairConfig is newPair over the host's sockets, each device opened with cfg on an address of its
+// own (testaddr.Pair).
+func newPairConfig(t testing.TB, cfg Config, typ QPType, opts ConnectOptions) *testPair {
+	t.Helper()
+	a, b := testaddr.Pair()
+	open := func(addr netip.Addr) *Device {
+		cfg.Addr = addr
+		d, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	p := &testPair{a: open(a), b: open(b)}
+	p.connect(t, typ, opts)
+	return p
+}
+
 func (p *testPair) connect(t testing.TB, typ QPType, opts ConnectOptions) {
 	t.Helper()
 	var err error
