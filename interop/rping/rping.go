@@ -613,7 +613,8 @@ func describeMismatch(src, sink []byte) string {
 	}
 	from := max(i-8, 0)
 	window := func(b []byte) []byte { return b[min(from, len(b)):min(from+32, len(b))] }
-	zeros := len(sink) - len(bytes.TrimLeft(sink[i:], "\x00")) - i
+	rest := sink[i:]
+	zeros := len(rest) - len(bytes.TrimLeft(rest, "\x00"))
 	return fmt.Sprintf("sink differs from source at byte %d of %d (%d zero bytes from there): sent %q, got back %q at byte %d; sink starts %q",
 		i, len(src), zeros, window(src), window(sink), from, sink[:min(24, len(sink))])
 }
