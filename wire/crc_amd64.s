@@ -31,12 +31,33 @@ DATA k128<>+0(SB)/8, $0x1751997d0
 DATA k128<>+8(SB)/8, $0x0ccaa009e
 GLOBL k128<>(SB), RODATA, $16
 
+// The same for foldCRC256's 256-bit registers, the pair twice. D = 1024: four registers, 128 bytes
+// apart. D = 256: one register onto the next. (TestFoldConstants computes every pair here.)
+DATA k1024<>+0(SB)/8, $0x1e88ef372
+DATA k1024<>+8(SB)/8, $0x14a7fe880
+DATA k1024<>+16(SB)/8, $0x1e88ef372
+DATA k1024<>+24(SB)/8, $0x14a7fe880
+GLOBL k1024<>(SB), RODATA, $32
+
+DATA k256<>+0(SB)/8, $0x0f1da05aa
+DATA k256<>+8(SB)/8, $0x15a546366
+DATA k256<>+16(SB)/8, $0x0f1da05aa
+DATA k256<>+24(SB)/8, $0x15a546366
+GLOBL k256<>(SB), RODATA, $32
+
 // FOLD sets A to A carried across the distance the constants K are for, plus B: the carry-less
 // products of A's low and high quadwords (in each 128-bit lane) with K's, XORed with B. T is scratch.
 #define FOLD(K, A, T, B) \
 	VPCLMULQDQ $0x11, K, A, T \
 	VPCLMULQDQ $0x00, K, A, A \
 	VPTERNLOGD $0x96, B, T, A
+
+// FOLDX is FOLD without AVX-512: two XORs for the three-way one.
+#define FOLDX(K, A, T, B) \
+	VPCLMULQDQ $0x11, K, A, T \
+	VPCLMULQDQ $0x00, K, A, A \
+	VPXOR      B, T, T \
+	VPXOR      T, A, A
 
 // The constants of the final reduction, for the bit-reflected polynomial as above: x^64 mod P
 // (128 bits to 64), and Barrett's P and floor(x^64 / P). Intel's paper, section 4.
@@ -47,8 +68,31 @@ DATA barrett<>+0(SB)/8, $0x1db710641
 DATA barrett<>+8(SB)/8, $0x1f7011641
 GLOBL barrett<>(SB), RODATA, $16
 
-// func foldCRC(head []byte, p []byte) uint32
-TEXT ·foldCRC(SB), NOSPLIT, $0-52
+// REDUCE takes the 128-bit remainder in X1, with k128 in X0, to the CRC register in AX, in three
+// steps. 128 bits to 96: the low quadword across 64 bits onto the high one. 96 bits to 64: the low
+// doubleword across 64 bits onto the rest (X3 keeps the low doubleword of each quadword). Barrett:
+// the remainder of the 64 bits modulo P lands in the second doubleword. X2 and X3 are scratch.
+#define REDUCE \
+	VPCLMULQDQ $0x10, X0, X1, X2 \
+	VPSRLDQ    $8, X1, X1 \
+	VPXOR      X2, X1, X1 \
+	VPCMPEQB   X3, X3, X3 \
+	VPSRLQ     $32, X3, X3 \
+	VMOVQ      k64<>+0(SB), X0 \
+	VPSRLDQ    $4, X1, X2 \
+	VPAND      X3, X1, X1 \
+	VPCLMULQDQ $0x00, X0, X1, X1 \
+	VPXOR      X2, X1, X1 \
+	VMOVDQU    barrett<>+0(SB), X0 \
+	VPAND      X3, X1, X2 \
+	VPCLMULQDQ $0x10, X0, X2, X2 \
+	VPAND      X3, X2, X2 \
+	VPCLMULQDQ $0x00, X0, X2, X2 \
+	VPXOR      X1, X2, X2 \
+	VPEXTRD    $1, X2, AX
+
+// func foldCRC512(head []byte, p []byte) uint32
+TEXT ·foldCRC512(SB), NOSPLIT, $0-52
 	MOVQ head_base+0(FP), SI
 	MOVQ head_len+8(FP), CX
 	MOVQ p_base+24(FP), DI
@@ -128,29 +172,102 @@ tail:
 	JMP     tail
 
 reduce:
-	// 128 bits to 96: the low quadword across 64 bits onto the high one.
-	VPCLMULQDQ $0x10, X0, X1, X2
-	VPSRLDQ    $8, X1, X1
-	VPXOR      X2, X1, X1
-
-	// 96 bits to 64: the low doubleword across 64 bits onto the rest. X3 keeps the low doubleword
-	// of each quadword.
-	VPCMPEQB   X3, X3, X3
-	VPSRLQ     $32, X3, X3
-	VMOVQ      k64<>+0(SB), X0
-	VPSRLDQ    $4, X1, X2
-	VPAND      X3, X1, X1
-	VPCLMULQDQ $0x00, X0, X1, X1
-	VPXOR      X2, X1, X1
-
-	// Barrett: the remainder of the 64 bits modulo P lands in the second doubleword.
-	VMOVDQU    barrett<>+0(SB), X0
-	VPAND      X3, X1, X2
-	VPCLMULQDQ $0x10, X0, X2, X2
-	VPAND      X3, X2, X2
-	VPCLMULQDQ $0x00, X0, X2, X2
-	VPXOR      X1, X2, X2
-	VPEXTRD    $1, X2, AX
+	REDUCE
 	MOVL       AX, ret+48(FP)
 	VZEROUPPER
+	RET
+
+// func foldCRC256(head []byte, p []byte) uint32
+//
+// foldCRC512's fold with 256-bit registers and no AVX-512 (AVX2 and the VEX-encoded VPCLMULQDQ, as
+// on AMD's Zen 3): four registers 128 bytes apart when p has 256 bytes or more.
+TEXT ·foldCRC256(SB), NOSPLIT, $0-52
+	MOVQ head_base+0(FP), SI
+	MOVQ head_len+8(FP), CX
+	MOVQ p_base+24(FP), DI
+	MOVQ p_len+32(FP), DX
+	VMOVDQU k128<>+0(SB), X0
+
+	// The head, one 16-byte block onto the next, into X1.
+	VMOVDQU (SI), X1
+	ADDQ    $16, SI
+	SUBQ    $16, CX
+
+head:
+	CMPQ    CX, $16
+	JL      body
+	VMOVDQU (SI), X2
+	FOLDX(X0, X1, X5, X2)
+	ADDQ    $16, SI
+	SUBQ    $16, CX
+	JMP     head
+
+body:
+	CMPQ DX, $256
+	JL   tail
+
+	// Four registers over p's 128-byte blocks. The first takes X1 carried across 128 bits, onto the
+	// first 16 bytes of p; VEX encoding clears the upper lane of Y6.
+	VPCLMULQDQ $0x11, X0, X1, X5
+	VPCLMULQDQ $0x00, X0, X1, X6
+	VPXOR      X5, X6, X6
+	VMOVDQU    (DI), Y1
+	VMOVDQU    32(DI), Y2
+	VMOVDQU    64(DI), Y3
+	VMOVDQU    96(DI), Y4
+	VPXOR      Y6, Y1, Y1
+	ADDQ       $128, DI
+	SUBQ       $128, DX
+	VMOVDQU    k1024<>+0(SB), Y0
+
+	PCALIGN $16
+lanes:
+	// Each register, multiplied across 1024 bits, plus the next 32 bytes of its lane.
+	VMOVDQU (DI), Y11
+	VMOVDQU 32(DI), Y12
+	VMOVDQU 64(DI), Y13
+	VMOVDQU 96(DI), Y14
+	FOLDX(Y0, Y1, Y5, Y11)
+	FOLDX(Y0, Y2, Y6, Y12)
+	FOLDX(Y0, Y3, Y7, Y13)
+	FOLDX(Y0, Y4, Y8, Y14)
+	ADDQ    $128, DI
+	SUBQ    $128, DX
+	CMPQ    DX, $128
+	JGE     lanes
+
+	// Fold the registers into the first, each across 256 bits onto the next; then its two 128-bit
+	// lanes, across 128 bits.
+	VMOVDQU      k256<>+0(SB), Y0
+	FOLDX(Y0, Y1, Y5, Y2)
+	FOLDX(Y0, Y1, Y5, Y3)
+	FOLDX(Y0, Y1, Y5, Y4)
+	VEXTRACTI128 $1, Y1, X2
+	VMOVDQU      k128<>+0(SB), X0
+	FOLDX(X0, X1, X5, X2)
+
+tail:
+	// What is left of p, 16 bytes at a time.
+	CMPQ    DX, $16
+	JL      reduce
+	VMOVDQU (DI), X2
+	FOLDX(X0, X1, X5, X2)
+	ADDQ    $16, DI
+	SUBQ    $16, DX
+	JMP     tail
+
+reduce:
+	REDUCE
+	MOVL       AX, ret+48(FP)
+	VZEROUPPER
+	RET
+
+// func cpuid7ECX() uint32
+//
+// CPUID leaf 7 (subleaf 0)'s ECX: the caller knows the CPU has the leaf.
+TEXT ·cpuid7ECX(SB), NOSPLIT, $0-4
+	MOVL  $7, AX
+	MOVL  $0, CX
+	CPUID
+	MOVL  CX, ret+0(FP)
 	RET

@@ -4,4 +4,4 @@ package wire
 
 const haveFold = false
 
-func foldCRC(head, p []byte) uint32 { panic("wire: foldCRC without AVX-512") }
+func foldCRC(head, p []byte) uint32 { panic("wire: foldCRC without a vector carry-less multiply") }

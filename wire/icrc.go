@@ -28,7 +28,7 @@ const UDPPort = 4791
 // eight masked LRH bytes.
 //
 // The headers (at most 60+8+12 bytes) are copied into a stack array and masked there. Where the CPU
-// folds with AVX-512's carry-less multiply, they go with the rest of the packet into foldCRC (see
+// folds with a vector carry-less multiply (AVX-512, or AVX2 with VPCLMULQDQ), they go with the rest of the packet into foldCRC (see
 // crc.go), unless that rest is short. Elsewhere, and for a short rest (an ACK's AETH, a small SEND),
 // they run through a small slicing-by-16 CRC of this package's own (hash/crc32's fast paths are
 // reached through function values, which would make the stack array escape and allocate), and a rest

@@ -1,0 +1,21 @@
+//go:build amd64 && !purego
+
+package wire
+
+// foldVariants lists the ways updateIEEE and the ICRC can compute here: each foldCRC this CPU runs,
+// and hash/crc32 alone. use switches to one and returns what switches back.
+func foldVariants() []foldVariant {
+	var vs []foldVariant
+	set := func(have, w bool) func() {
+		h0, w0 := haveFold, wide
+		haveFold, wide = have, w
+		return func() { haveFold, wide = h0, w0 }
+	}
+	if fold512 {
+		vs = append(vs, foldVariant{"avx512", func() func() { return set(true, true) }})
+	}
+	if fold256 {
+		vs = append(vs, foldVariant{"avx2", func() func() { return set(true, false) }})
+	}
+	return append(vs, foldVariant{"hash-crc32", func() func() { return set(false, wide) }})
+}
