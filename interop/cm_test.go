@@ -284,7 +284,7 @@ func TestRpingLoss(t *testing.T) {
 	defer cancel()
 	loss := func(t testing.TB) { injectLoss(ctx, t, g, 3) }
 	loss(t)
-	defer g.Exec(context.Background(), lossOffScript)
+	defer clearLoss(t, g)
 	rxeRetries0, rxeDups0 := rxeCMRetries(ctx, t, g)
 	var goroceRetries, goroceDups int
 	t.Run("goroce-server", onGuest(g, loss, func(t testing.TB) {

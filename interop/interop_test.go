@@ -237,6 +237,24 @@ tc qdisc add dev ifb0 root netem loss %[1]d%%`
 
 const lossOffScript = `tc qdisc del dev eth0 root; tc qdisc del dev eth0 ingress; tc qdisc del dev ifb0 root; true`
 
+// clearLoss removes the loss the tests inject in guest g (lossScript, lossGuestSends,
+// lossGuestReceives) and fails the test if a netem queue is left on any interface: a case that runs
+// after a loss test must not run with its loss. The tests used to run lossOffScript and ignore how
+// it went.
+func clearLoss(t testing.TB, g *lab.Guest) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := g.Exec(ctx, lossOffScript+"; tc qdisc show")
+	if err != nil {
+		t.Errorf("removing the injected loss in vm%d: %v\n%s", g.N, err, out)
+		return
+	}
+	if strings.Contains(out, "netem") {
+		t.Errorf("vm%d still has a netem queue after the injected loss was removed:\n%s", g.N, out)
+	}
+}
+
 // injectLoss makes netem in guest g drop percent of the packets each way.
 func injectLoss(ctx context.Context, t testing.TB, g *lab.Guest, percent int) {
 	t.Helper()
@@ -275,7 +293,7 @@ func TestPingpongLoss(t *testing.T) {
 	defer cancel()
 	loss := func(t testing.TB) { injectLoss(ctx, t, g, 3) }
 	loss(t)
-	defer g.Exec(context.Background(), lossOffScript)
+	defer clearLoss(t, g)
 	c := pingpongCase{size: 65536, mtu: 1024, iters: 30}
 	t.Logf("rxe counters before: %s", rxeCounters(ctx, g))
 	for _, role := range []string{"goroce-client", "goroce-server"} {

@@ -133,7 +133,7 @@ func TestRdmacheckLoss(t *testing.T) {
 		injectLoss(ctx, t, g, 3)
 	}
 	installWithLoss(t)
-	defer g.Exec(context.Background(), lossOffScript)
+	defer clearLoss(t, g)
 	t.Logf("rxe counters before: %s", rxeCounters(ctx, g))
 	for i, role := range []string{"goroce-client", "goroce-server"} {
 		t.Run(role, onGuest(g, installWithLoss, func(t testing.TB) {
