@@ -41,3 +41,16 @@ func foldCRC512(head, p []byte) uint32
 func foldCRC256(head, p []byte) uint32
 
 func cpuid7ECX() uint32
+
+// ICRCMethod names how this process computes the ICRC's CRC-32: "AVX-512 fold" or "AVX2 fold"
+// (carry-less multiplication in 512- or 256-bit registers, crc_amd64.s) where the CPU has it, else
+// "hash/crc32". Benchmarks say which, since the ICRC's cost per byte differs between them.
+func ICRCMethod() string {
+	switch {
+	case !haveFold:
+		return "hash/crc32"
+	case wide:
+		return "AVX-512 fold"
+	}
+	return "AVX2 fold"
+}

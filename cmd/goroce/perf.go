@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/perf"
+	"github.com/goroce/goroce/wire"
 )
 
 func init() {
@@ -166,7 +167,8 @@ func printPerfHeader(w io.Writer, fs *flag.FlagSet, cfg perf.Config) {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		kernel = strings.TrimSpace(string(b))
 	}
-	fmt.Fprintf(w, "machine:  %d CPUs, GOMAXPROCS %d, %s, %s/%s %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, kernel)
+	fmt.Fprintf(w, "machine:  %d CPUs%s, GOMAXPROCS %d, %s, %s/%s %s, ICRC by %s\n", runtime.NumCPU(), cpuModel(), runtime.GOMAXPROCS(0),
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, kernel, wire.ICRCMethod())
 	if v, ok := os.LookupEnv("GOROCE_GSO"); ok {
 		fmt.Fprintf(w, "warning:  GOROCE_GSO=%s overrides every device's GSO mode: the GSO and one-datagram rows are not what they say\n", v)
 	}
@@ -433,4 +435,18 @@ func joinInts(ns []int) string {
 		fs[i] = strconv.Itoa(n)
 	}
 	return strings.Join(fs, ",")
+}
+
+// cpuModel returns " (model)" with the CPU's model name from /proc/cpuinfo, or "" where there is none.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	for line := range strings.Lines(string(b)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return " (" + strings.TrimSpace(v) + ")"
+		}
+	}
+	return ""
 }
