@@ -8,7 +8,7 @@ import (
 // The ICRC's CRC-32 by carry-less multiplication, where the CPU has it (foldCRC, crc_amd64.s).
 //
 // hash/crc32's AVX-512 loop folds one 512-bit register, a dependency chain of a carry-less multiply
-// and a three-way XOR for every 64 bytes: 33-37 GB/s for 4 KiB on the project's Intel machines.
+// and a three-way XOR for every 64 bytes: 33-37 GB/s for 4 KiB on the project's AVX-512 machines.
 // foldCRC512 folds four registers 256 bytes apart, which keeps the multiplier busy. Without AVX-512
 // hash/crc32 folds four 128-bit registers, about 8.5 GB/s on the project's AMD EPYC machines (Zen 3:
 // AVX2 and the 256-bit VPCLMULQDQ, no AVX-512); foldCRC256 folds four 256-bit registers 128 bytes
