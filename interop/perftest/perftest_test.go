@@ -185,7 +185,10 @@ func TestLoopbackDuration(t *testing.T) {
 				t.Skip("write_lat polls memory the peer's WRITEs change, which the race detector reports")
 			}
 			o := DefaultOptions(c.test)
-			o.Size, o.Duration, o.GIDIndex, o.MTU, o.Timeout = 4096, 200*time.Millisecond, 1, goroce.MTU1024, testTimeout
+			// A second, not less: a timed run counts what completes inside its window, and under the
+			// race detector on a loaded machine the first completions of a bidirectional run came
+			// after 200 ms, so a 200 ms run counted none.
+			o.Size, o.Duration, o.GIDIndex, o.MTU, o.Timeout = 4096, time.Second, 1, goroce.MTU1024, testTimeout
 			if c.test.Verb() == Atomic || c.test.Latency() {
 				o.Size = DefaultOptions(c.test).Size
 			}
