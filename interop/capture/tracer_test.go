@@ -164,17 +164,7 @@ func captureMemRun(t *testing.T, imp goroce.Impairment) *run {
 		d := r.count.dirs
 		return d[goroce.Received]+d[goroce.Dropped] == d[goroce.Sent]-int(st.Dropped)+int(st.Duplicated)
 	}
-	var since time.Time
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		switch {
-		case !balanced():
-			since = time.Time{}
-		case since.IsZero():
-			since = time.Now()
-		case time.Since(since) >= 50*time.Millisecond:
-			deadline = time.Time{}
-		}
-	}
+	waitSteady(balanced, 50*time.Millisecond, 5*time.Second)
 	closed = true
 	a.Close()
 	b.Close()
@@ -186,6 +176,23 @@ func captureMemRun(t *testing.T, imp goroce.Impairment) *run {
 	ok(t, err)
 	r.recs = readAll(t, data)
 	return r
+}
+
+// waitSteady returns once cond has held for steady on end, or after limit.
+func waitSteady(cond func() bool, steady, limit time.Duration) {
+	var since time.Time
+	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if !cond() {
+			since = time.Time{}
+			continue
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		if time.Since(since) >= steady {
+			return
+		}
+	}
 }
 
 func ok(t testing.TB, err error) {
