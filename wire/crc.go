@@ -9,10 +9,10 @@ import (
 //
 // hash/crc32's AVX-512 loop folds one 512-bit register, a dependency chain of a carry-less multiply
 // and a three-way XOR for every 64 bytes: 33-37 GB/s for 4 KiB on the project's AVX-512 machines.
-// foldCRC512 folds four registers 256 bytes apart, which keeps the multiplier busy. Without AVX-512
+// foldCRC folds four such registers 256 bytes apart, which keeps the multiplier busy. Without AVX-512
 // hash/crc32 folds four 128-bit registers, about 8.5 GB/s on the project's AMD EPYC machines (Zen 3:
-// AVX2 and the 256-bit VPCLMULQDQ, no AVX-512); foldCRC256 folds four 256-bit registers 128 bytes
-// apart there, 1.7 times as fast for 4 KiB (BenchmarkUpdateIEEE, BenchmarkICRC). And it takes a packet's
+// AVX2 and the 256-bit VPCLMULQDQ, no AVX-512); there foldCRC folds four 256-bit registers 128 bytes
+// apart, 1.7 times as fast for 4 KiB (BenchmarkUpdateIEEE, BenchmarkICRC). And it takes a packet's
 // masked headers, the first 48 bytes or more of the ICRC's input, as 16-byte blocks in registers:
 // through slicing tables they cost as much as the 4 KiB fold itself once the copies of the payload
 // have pushed the tables out of the cache (perf, a one-QP WRITE stream). Intel, "Fast CRC
