@@ -32,19 +32,27 @@ type testPair struct {
 // newDevices opens two devices, over the in-memory network if mem is set, else over UDP loopback.
 func newDevices(t testing.TB, mem *conn.MemNetwork, wrap func(conn.Conn) conn.Conn) (*Device, *Device) {
 	t.Helper()
+	var cfg Config
+	if mem != nil {
+		cfg.Network = rawNetwork{mem}
+	}
+	if wrap != nil {
+		base := conn.UDP
+		if mem != nil {
+			base = mem
+		}
+		cfg.Network = rawNetwork{conn.WrapNetwork(base, wrap)}
+	}
+	return openDevices(t, cfg)
+}
+
+// openDevices opens two devices with cfg, each on an address of its own (testaddr.Pair), closed when
+// the test ends.
+func openDevices(t testing.TB, cfg Config) (*Device, *Device) {
+	t.Helper()
 	a, b := testaddr.Pair()
 	open := func(addr netip.Addr) *Device {
-		cfg := Config{Addr: addr}
-		if mem != nil {
-			cfg.Network = rawNetwork{mem}
-		}
-		if wrap != nil {
-			base := conn.UDP
-			if mem != nil {
-				base = mem
-			}
-			cfg.Network = rawNetwork{conn.WrapNetwork(base, wrap)}
-		}
+		cfg.Addr = addr
 		d, err := Open(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -63,21 +71,11 @@ func newPair(t testing.TB, mem *conn.MemNetwork, typ QPType, opts ConnectOptions
 	return p
 }
 
-// newPairConfig is newPair over the host's sockets, each device opened with cfg on an address of its
-// own (testaddr.Pair).
+// newPairConfig is newPair over the host's sockets, each device opened with cfg (openDevices).
 func newPairConfig(t testing.TB, cfg Config, typ QPType, opts ConnectOptions) *testPair {
 	t.Helper()
-	a, b := testaddr.Pair()
-	open := func(addr netip.Addr) *Device {
-		cfg.Addr = addr
-		d, err := Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		return d
-	}
-	p := &testPair{a: open(a), b: open(b)}
+	p := &testPair{}
+	p.a, p.b = openDevices(t, cfg)
 	p.connect(t, typ, opts)
 	return p
 }
