@@ -26,8 +26,8 @@ func eachFold(t *testing.T, f func(t *testing.T)) {
 }
 
 // TestUpdateIEEE checks updateIEEE against hash/crc32 at every length to 4 KiB and beyond, from every
-// alignment modulo 64 and several starting values, for each foldCRC the CPU runs: its head, its four
-// lanes and their reduction, the blocks after them, and Barrett's reduction at the end.
+// alignment modulo 64 and several starting values, with each body of foldCRC the CPU runs: its head,
+// its four lanes and their reduction, the blocks after them, and Barrett's reduction at the end.
 func TestUpdateIEEE(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	buf := make([]byte, 9000+64)
