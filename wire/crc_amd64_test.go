@@ -4,8 +4,8 @@ package wire
 
 import "testing"
 
-// foldVariants lists the ways updateIEEE and the ICRC can compute here: each foldCRC this CPU runs,
-// and hash/crc32 alone. use switches to one and returns what switches back.
+// foldVariants lists the ways updateIEEE and the ICRC can compute here: each body of foldCRC this CPU
+// runs, and hash/crc32 alone. use switches to one and returns what switches back.
 func foldVariants() []foldVariant {
 	var vs []foldVariant
 	set := func(have, w bool) func() {
