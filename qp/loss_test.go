@@ -78,6 +78,52 @@ func TestLostAck(t *testing.T) {
 	}
 }
 
+// CONFORMANCE P5, T4 after a READ: the ACK of a SEND and the response of the READ behind it are both
+// lost, and the requester sends both again. The duplicate SEND is ACKed with its own PSN, not the
+// READ's (the expected PSN minus one): rxe's completer would take a plain ACK with the READ's PSN for
+// the READ's completion, with none of its data placed. goroce's rping client against rxe's server
+// under loss got the previous ping's bytes back that way.
+func TestDuplicateSendAckBehindRead(t *testing.T) {
+	o := defaultOpts()
+	o.timeout = 8
+	l := newLink(t, o)
+	src := l.a.reg(t, 10, mr.LocalWrite)
+	local := l.a.reg(t, 100, mr.LocalWrite)
+	dst := l.b.reg(t, 32, mr.LocalWrite)
+	remote := l.b.reg(t, 100, mr.RemoteRead)
+	fill(remote.Bytes(), 7)
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1, SGL: sge(dst, 0, 32)}))
+	ackLost, respLost := dropNth("B", wire.RCAcknowledge, 1), dropNth("B", wire.RCReadResponseOnly, 1)
+	l.hook = func(l *link, h *host, p wire.Packet) [][]byte {
+		if out := ackLost(l, h, p); out == nil {
+			return nil
+		}
+		return respLost(l, h, p)
+	}
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 9, Opcode: WRSend, Flags: Signaled, SGL: sge(src, 0, 10)}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 10, Opcode: WRRead, Flags: Signaled, SGL: sge(local, 0, 100), RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
+	l.run(time.Second)
+	l.expectLadder(
+		"-> SEND_ONLY psn=256 A +10",
+		"-> RDMA_READ_REQUEST psn=257 A len=100",
+		"<- ACKNOWLEDGE psn=256 [ACK msn=1] (lost)",
+		"<- RDMA_READ_RESPONSE_ONLY psn=257 [ACK msn=2] +100 (lost)",
+		"-> SEND_ONLY psn=256 A +10",
+		"-> RDMA_READ_REQUEST psn=257 A len=100",
+		"<- ACKNOWLEDGE psn=256 [ACK msn=2]",
+		"<- RDMA_READ_RESPONSE_ONLY psn=257 [ACK msn=2] +100",
+	)
+	expectCompletions(t, l.a.scq,
+		Completion{WRID: 9, Opcode: CompSend, QPN: 0x11, ByteLen: 10},
+		Completion{WRID: 10, Opcode: CompRDMARead, QPN: 0x11, ByteLen: 100})
+	if !bytes.Equal(local.Bytes(), remote.Bytes()) {
+		t.Fatal("READ data differs")
+	}
+	if c := l.a.qp.Counters(); c.ImpliedNAKs != 0 {
+		t.Fatalf("requester saw %d implied NAKs: an ACK reached into the READ", c.ImpliedNAKs)
+	}
+}
+
 // CONFORMANCE T5, P1, P2, P4: a lost WRITE MIDDLE draws one PSN sequence error NAK at the gap; the
 // requester goes back to it and resends MIDDLE, MIDDLE, LAST (no RETH); memory ends up right.
 func TestLostWriteMiddle(t *testing.T) {
@@ -477,5 +523,66 @@ func TestSecondGapAckedBeforeNAK(t *testing.T) {
 	)
 	if !bytes.Equal(src.Bytes(), remote.Bytes()) {
 		t.Fatal("data differs")
+	}
+}
+
+// A second gap found while the requester resends after the first NAK, with only READs in order since,
+// is NAKed alone: the ACK that TestSecondGapAckedBeforeNAK shows ahead of such a NAK would carry a
+// READ's PSN, which rxe's completer takes for the READ's completion (see
+// TestDuplicateSendAckBehindRead). The READs' responses show the progress.
+func TestSecondGapAfterReadNotAcked(t *testing.T) {
+	o := defaultOpts()
+	l := newLink(t, o)
+	local := l.a.reg(t, 300, mr.LocalWrite)
+	src := l.a.reg(t, 16, mr.LocalWrite)
+	readSrc := l.b.reg(t, 300, mr.RemoteRead)
+	fill(readSrc.Bytes(), 8)
+	dst := l.b.reg(t, 64, mr.LocalWrite)
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1, SGL: sge(dst, 0, 32)}))
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 2, SGL: sge(dst, 32, 32)}))
+	pass := map[wire.PSN]int{}
+	l.hook = func(l *link, h *host, p wire.Packet) [][]byte {
+		psn := p.BTH().PSN()
+		if h == l.a {
+			pass[psn]++
+			if (psn == 257 && pass[psn] == 1) || (psn == 259 && pass[psn] == 2) {
+				return nil
+			}
+		}
+		return [][]byte{p.Bytes()}
+	}
+	for k := range 3 {
+		must(t, l.a.qp.PostSend(l.now, &SendWR{ID: uint64(k + 1), Opcode: WRRead, Flags: Signaled, SGL: sge(local, 100*k, 100),
+			RemoteAddr: readSrc.IOVA() + uint64(100*k), RKey: readSrc.RKey()}))
+	}
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 4, Opcode: WRSend, SGL: sge(src, 0, 8)}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 5, Opcode: WRSend, Flags: Signaled, SGL: sge(src, 8, 8)}))
+	l.run(time.Second)
+	l.expectLadder(
+		"-> RDMA_READ_REQUEST psn=256 A len=100",
+		"-> RDMA_READ_REQUEST psn=257 A len=100 (lost)",
+		"-> RDMA_READ_REQUEST psn=258 A len=100",
+		"-> SEND_ONLY psn=259 A +8",
+		"-> SEND_ONLY psn=260 A +8",
+		"<- RDMA_READ_RESPONSE_ONLY psn=256 [ACK msn=1] +100",
+		"<- ACKNOWLEDGE psn=257 [NAK psn-sequence-error msn=1]",
+		"-> RDMA_READ_REQUEST psn=257 A len=100",
+		"-> RDMA_READ_REQUEST psn=258 A len=100",
+		"-> SEND_ONLY psn=259 A +8 (lost)",
+		"-> SEND_ONLY psn=260 A +8",
+		"<- RDMA_READ_RESPONSE_ONLY psn=257 [ACK msn=2] +100",
+		"<- RDMA_READ_RESPONSE_ONLY psn=258 [ACK msn=3] +100",
+		"<- ACKNOWLEDGE psn=259 [NAK psn-sequence-error msn=3]",
+		"-> SEND_ONLY psn=259 A +8",
+		"-> SEND_ONLY psn=260 A +8",
+		"<- ACKNOWLEDGE psn=260 [ACK msn=5]",
+	)
+	expectCompletions(t, l.a.scq,
+		Completion{WRID: 1, Opcode: CompRDMARead, QPN: 0x11, ByteLen: 100},
+		Completion{WRID: 2, Opcode: CompRDMARead, QPN: 0x11, ByteLen: 100},
+		Completion{WRID: 3, Opcode: CompRDMARead, QPN: 0x11, ByteLen: 100},
+		Completion{WRID: 5, Opcode: CompSend, QPN: 0x11, ByteLen: 8})
+	if !bytes.Equal(local.Bytes(), readSrc.Bytes()) {
+		t.Fatal("READ data differs")
 	}
 }

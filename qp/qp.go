@@ -239,7 +239,7 @@ func (q *QP) Modify(now time.Time, a *Attr, mask AttrMask) error {
 	}
 	if mask&AttrRQPSN != 0 {
 		q.attr.RQPSN = a.RQPSN
-		q.rsp.psn = a.RQPSN
+		q.rsp.psn, q.rsp.ackPSN = a.RQPSN, a.RQPSN
 	}
 	if mask&AttrSQPSN != 0 {
 		q.attr.SQPSN = a.SQPSN

@@ -23,6 +23,13 @@ type responder struct {
 	// new gap in that state the responder acknowledges what it has. The NAK implies that ACK (IBTA
 	// Vol 1 9.7.5.1.2), so the extra packet tells a conforming requester nothing new.
 	nakUnacked bool
+	// ackPSN is the PSN after the last SEND or WRITE packet executed: an ACK that answers a duplicate,
+	// or that goes ahead of a NAK, carries the one before it, never a READ's or atomic's PSN. A
+	// requester may take a plain ACK with a READ's last PSN for the READ's completion: rxe's completer
+	// (rxe_comp.c check_psn, check_ack) completes the READ, with none of its data placed, as it would
+	// a WRITE. rxe's own responder keeps resp.ack_psn for this (rxe_resp.c duplicate_request), and it
+	// does not move on a READ. CONFORMANCE P5.
+	ackPSN wire.PSN
 	// alone says the last ACK held for company (Config.AckDelay) found none and left when its delay
 	// ended: the program answers nothing here, as a SEND stream's receiver does not, and the ACKs
 	// that follow leave at once rather than each wait the delay out. The next request this QP sends
@@ -145,7 +152,7 @@ func (r *responder) resizeResources(n int) {
 }
 
 func (r *responder) reset() {
-	r.psn, r.msn, r.nakSent, r.nakUnacked = 0, 0, false, false
+	r.psn, r.ackPSN, r.msn, r.nakSent, r.nakUnacked = 0, 0, 0, false, false
 	r.msg = message{}
 	r.jobs.head, r.jobs.n = 0, 0
 	clear(r.res)
@@ -263,7 +270,9 @@ func (r *responder) handleRC(q *QP, p wire.Packet) {
 		q.counters.OutOfSeqRequest++
 		if !r.nakSent && r.canAck() {
 			r.nakSent = true
-			if r.nakUnacked && !r.jobs.full() {
+			// The ACK ahead of the NAK only when it acknowledges everything before the gap: after a
+			// READ or atomic it would carry their PSN (see ackPSN), and their response shows progress.
+			if r.nakUnacked && r.ackPSN == r.psn && !r.jobs.full() {
 				r.queueAck(r.psn.Sub(1), wire.SyndromeACK(wire.CreditInvalid), false)
 				// The NAK must not replace the ACK at the tail, as queueAck would.
 				if !r.jobs.full() {
@@ -339,6 +348,7 @@ func (r *responder) handleRC(q *QP, p wire.Packet) {
 		return
 	}
 	r.psn = psn.Add(1)
+	r.ackPSN = r.psn
 	r.nakSent = false
 	if bth.AckReq() {
 		// Only an ACK for a message that completed a receive here waits for company: the application
@@ -536,6 +546,7 @@ func (r *responder) executeSend(q *QP, p wire.Packet, psn wire.PSN, reliable boo
 	r.completeRecv(q, &wc, p.BTH().SolicitedEvent())
 	if wc.Status != StatusSuccess {
 		r.psn = psn.Add(1)
+		r.ackPSN = r.psn
 		r.queueAck(psn, wire.SyndromeACK(wire.CreditInvalid), true)
 		q.enterError()
 		return false
@@ -638,7 +649,7 @@ func (r *responder) duplicate(q *QP, p wire.Packet, psn wire.PSN) {
 	switch i.Op {
 	case wire.OpSend, wire.OpWrite:
 		if r.canAck() {
-			r.queueAck(r.psn.Sub(1), wire.SyndromeACK(wire.CreditInvalid), false)
+			r.queueAck(r.ackPSN.Sub(1), wire.SyndromeACK(wire.CreditInvalid), false)
 		}
 	case wire.OpReadRequest:
 		res := r.findResource(psn, false)
