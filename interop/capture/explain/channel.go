@@ -457,6 +457,7 @@ func (c *channel) response(p *pkt) {
 func (c *channel) ack(p *pkt) {
 	psn := p.bth.PSN
 	c.st.ACKs++
+	c.ackOnReadAtomic(p, psn)
 	if c.acked && !psn.After(c.ackedTo) {
 		c.st.Duplicates++
 		switch ds := c.takeDups(psn); len(ds) {
@@ -475,6 +476,30 @@ func (c *channel) ack(p *pkt) {
 	}
 	c.msnNote(p, true)
 	c.raiseEPSN(psn.Add(1))
+}
+
+// ackOnReadAtomic warns of a plain ACK whose PSN is the last PSN of a READ or atomic: it says the
+// request was done but carries none of what it returns. A requester must take it for a lost response
+// and ask again (IBTA Vol 1 9.7.5.1.4, implied NAK); rxe's completer takes it for the READ's
+// completion, with no data placed (rxe_comp.c check_ack). A responder avoids it by ACKing duplicates
+// with the PSN of the last SEND or WRITE, as rxe does.
+func (c *channel) ackOnReadAtomic(p *pkt, psn wire.PSN) {
+	r := c.find(psn)
+	if r == nil || r.psn.Add(r.span-1) != psn {
+		return
+	}
+	what := ""
+	switch r.p.info.Op {
+	case wire.OpReadRequest:
+		what = "READ"
+	case wire.OpCompareSwap, wire.OpFetchAdd:
+		what = "atomic"
+	default:
+		return
+	}
+	c.st.AckOnReadAtomic++
+	p.note(KindError, true, "a plain ACK with PSN %v, the last PSN of the %s #%d: it carries none of the %s's data, so the requester must take it for a lost response and ask again; rxe's completer instead completes the %s with nothing placed",
+		psn, what, r.p.frame(), what, what)
 }
 
 // cover notes which requests a response acknowledges, up to psn, and advances the acknowledged PSN.

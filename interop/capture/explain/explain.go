@@ -113,6 +113,7 @@ type Stats struct {
 	ACKs, NAKs, RNRNAKs, ErrorNAKs     int
 	MaxCoalesced                       int  // the most request packets one ACK acknowledged at once
 	Duplicates                         int  // responses sent again for duplicate requests
+	AckOnReadAtomic                    int  // plain ACKs with a READ's or atomic's last PSN, which rxe takes for their completion
 	MSN                                int  // the last MSN seen, or -1
 	PSNGaps                            int  // UC: gaps in the PSN sequence, messages the receiver drops
 	Malformed                          int  // packets that did not decode whole

@@ -101,6 +101,10 @@ func story(pr *Pair) []string {
 		}
 		say("%s.", line)
 	}
+	if s.AckOnReadAtomic > 0 {
+		say("%s a READ's or atomic's last PSN: a requester must ask again for their responses, and rxe's completer completes them with nothing placed.",
+			plural(s.AckOnReadAtomic, "plain ACK")+" carried")
+	}
 	if s.PSNGaps > 0 {
 		say("%s in the PSNs: a message dropped for each.", plural(s.PSNGaps, "gap"))
 	}
