@@ -23,6 +23,22 @@ func dropNth(from string, op wire.Opcode, nth int) func(*link, *host, wire.Packe
 	}
 }
 
+// dropPasses returns a hook that drops the packet the given side sends with each PSN in drops the
+// time that is its value (1-based): the first transmission, or a later resend.
+func dropPasses(from string, drops map[wire.PSN]int) func(*link, *host, wire.Packet) [][]byte {
+	pass := map[wire.PSN]int{}
+	return func(l *link, h *host, p wire.Packet) [][]byte {
+		if h.name == from {
+			psn := p.BTH().PSN()
+			pass[psn]++
+			if n, ok := drops[psn]; ok && n == pass[psn] {
+				return nil
+			}
+		}
+		return [][]byte{p.Bytes()}
+	}
+}
+
 // CONFORMANCE T1: a lost READ request is sent again, same PSN, after the local ACK timeout.
 func TestLostReadRequest(t *testing.T) {
 	o := defaultOpts()
@@ -487,17 +503,7 @@ func TestSecondGapAckedBeforeNAK(t *testing.T) {
 	src := l.a.reg(t, 1536, mr.LocalWrite)
 	fill(src.Bytes(), 5)
 	remote := l.b.reg(t, 1536, mr.LocalWrite|mr.RemoteWrite)
-	pass := map[wire.PSN]int{}
-	l.hook = func(l *link, h *host, p wire.Packet) [][]byte {
-		psn := p.BTH().PSN()
-		if h == l.a {
-			pass[psn]++
-			if (psn == 257 && pass[psn] == 1) || (psn == 259 && pass[psn] == 2) {
-				return nil
-			}
-		}
-		return [][]byte{p.Bytes()}
-	}
+	l.hook = dropPasses("A", map[wire.PSN]int{257: 1, 259: 2}) // 257 the first time, 259 the second
 	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 1, Opcode: WRWrite, Flags: Signaled, SGL: sge(src, 0, 1536),
 		RemoteAddr: remote.IOVA(), RKey: remote.RKey()}))
 	l.run(time.Second)
@@ -540,17 +546,7 @@ func TestSecondGapAfterReadNotAcked(t *testing.T) {
 	dst := l.b.reg(t, 64, mr.LocalWrite)
 	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1, SGL: sge(dst, 0, 32)}))
 	must(t, l.b.qp.PostRecv(&RecvWR{ID: 2, SGL: sge(dst, 32, 32)}))
-	pass := map[wire.PSN]int{}
-	l.hook = func(l *link, h *host, p wire.Packet) [][]byte {
-		psn := p.BTH().PSN()
-		if h == l.a {
-			pass[psn]++
-			if (psn == 257 && pass[psn] == 1) || (psn == 259 && pass[psn] == 2) {
-				return nil
-			}
-		}
-		return [][]byte{p.Bytes()}
-	}
+	l.hook = dropPasses("A", map[wire.PSN]int{257: 1, 259: 2}) // 257 the first time, 259 the second
 	for k := range 3 {
 		must(t, l.a.qp.PostSend(l.now, &SendWR{ID: uint64(k + 1), Opcode: WRRead, Flags: Signaled, SGL: sge(local, 100*k, 100),
 			RemoteAddr: readSrc.IOVA() + uint64(100*k), RKey: readSrc.RKey()}))
