@@ -9,15 +9,15 @@ import (
 
 // counters are the datapath's own, outside any QP.
 type counters struct {
-	rxPackets, rxBytes, txPackets, txBytes                 atomic.Uint64
-	dropMalformed, dropICRC, dropUnknownQPN, dropWrongPeer atomic.Uint64
-	dropTruncated, dropNoRoute, rxErrors, dropNotReady     atomic.Uint64
-	cnpSent, ceRcvd                                        atomic.Uint64
-	txGSO, gsoFallback, rxGRO, rxOffShard, steerFailed     atomic.Uint64
-	drivenWaits, parkedWaits, handovers                    atomic.Uint64
-	rxMADs, txMADs, dropGSI                                atomic.Uint64
-	drains, deadlineArms, deadlineWakes, yields            atomic.Uint64
-	busyPolls, busyPollMisses                              atomic.Uint64
+	rxPackets, rxBytes, txPackets, txBytes                  atomic.Uint64
+	dropMalformed, dropICRC, dropUnknownQPN, dropWrongPeer  atomic.Uint64
+	dropTruncated, dropNoRoute, rxErrors, dropNotReady      atomic.Uint64
+	cnpSent, ceRcvd                                         atomic.Uint64
+	txGSO, gsoFallback, rxGRO, rxOffShard, steerFailed      atomic.Uint64
+	drivenWaits, parkedWaits, handovers                     atomic.Uint64
+	rxMADs, txMADs, dropGSI                                 atomic.Uint64
+	drains, deadlineArms, deadlineWakes, staleWakes, yields atomic.Uint64
+	busyPolls, busyPollMisses                               atomic.Uint64
 }
 
 // Stats are the datapath's counters.
@@ -44,6 +44,7 @@ type Stats struct {
 	TimerDrains                            uint64 // batches read without waiting before due timers fired (drainBeforeTimers)
 	DeadlineArms                           uint64 // read deadlines set: each moves a Go runtime timer, which wakes a thread
 	DeadlineWakes                          uint64 // reads that returned because their deadline passed
+	StaleWakes                             uint64 // deadline wakes that found no timer due: the deadline had moved out (see shard.arm)
 	Yields                                 uint64 // times a busy driver gave up its processor to let the scheduler poll the network (shard.yield)
 	BusyPolls                              uint64 // reads that found packets while a waiter polled (Config.BusyPoll)
 	BusyPollMisses                         uint64 // polls that found nothing in Config.BusyPoll, after which the waiter slept
@@ -64,7 +65,7 @@ func (d *Datapath) Stats() Stats {
 		TxGSO: c.txGSO.Load(), GSOFallback: c.gsoFallback.Load(), RxGRO: c.rxGRO.Load(), RxOffShard: c.rxOffShard.Load(),
 		SteerFailed: c.steerFailed.Load(), DrivenWaits: c.drivenWaits.Load(), ParkedWaits: c.parkedWaits.Load(),
 		Handovers: c.handovers.Load(), RxMADs: c.rxMADs.Load(), TxMADs: c.txMADs.Load(), DropGSI: c.dropGSI.Load(), TimerDrains: c.drains.Load(),
-		DeadlineArms: c.deadlineArms.Load(), DeadlineWakes: c.deadlineWakes.Load(), Yields: c.yields.Load(),
+		DeadlineArms: c.deadlineArms.Load(), DeadlineWakes: c.deadlineWakes.Load(), StaleWakes: c.staleWakes.Load(), Yields: c.yields.Load(),
 		BusyPolls: c.busyPolls.Load(), BusyPollMisses: c.busyPollMisses.Load(),
 	}
 	for _, sh := range d.shards {

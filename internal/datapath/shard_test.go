@@ -219,3 +219,40 @@ func TestBusyDriverYields(t *testing.T) {
 		t.Errorf("%d yields in %v over 40 reads that waited, want none", yields, elapsed)
 	}
 }
+
+// TestStaleSlack walks the slack a shard arms distant deadlines with: it grows with each deadline
+// wake that finds nothing due (0.5, 1, 2, then 3 ms at most), never touches a deadline less than
+// minSlackable away (an ACK waiting for company), and goes back to 0 at the first wake that finds a
+// timer due.
+func TestStaleSlack(t *testing.T) {
+	d, err := Open(Config{Network: conn.NewMemNetwork(), Addr: netip.MustParseAddrPort("10.0.0.1:4791"), Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	s := d.shards[0]
+	now := time.Unix(1000, 0)
+	probe, ack := now.Add(time.Millisecond), now.Add(25*time.Microsecond)
+	check := func(step string, want time.Duration) {
+		t.Helper()
+		if got := s.slacked(probe, now).Sub(probe); got != want {
+			t.Errorf("%s: a probe 1 ms away is armed %v late, want %v", step, got, want)
+		}
+		if got := s.slacked(ack, now); !got.Equal(ack) {
+			t.Errorf("%s: an ACK 25 us away is armed %v late, want on time", step, got.Sub(ack))
+		}
+		if got := s.slacked(time.Time{}, now); !got.IsZero() {
+			t.Errorf("%s: no deadline became %v", step, got)
+		}
+	}
+	check("at first", 0)
+	for i, want := range []time.Duration{500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond, 3 * time.Millisecond} {
+		s.noteTimerWake(false)
+		check(fmt.Sprintf("after %d stale wakes", i+1), want)
+	}
+	if got := d.Stats().StaleWakes; got != 5 {
+		t.Errorf("StaleWakes = %d, want 5", got)
+	}
+	s.noteTimerWake(true)
+	check("after a wake with a timer due", 0)
+}
