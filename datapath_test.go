@@ -246,10 +246,12 @@ func TestWaitersOnOneShard(t *testing.T) {
 	for range pairs {
 		p := &testPair{a: da, b: db}
 		p.connect(t, RC, ConnectOptions{})
+		var posted sync.WaitGroup
+		posted.Add(2)
 		// b echoes, a pings; each side waits on its own CQ, all on the one shard of its device.
 		echo := func(q *QP, cq *CQ, first bool) {
 			defer wg.Done()
-			if err := pingPong(ctx, q, cq, &SendWR{Opcode: WRSend}, &RecvWR{}, rounds, first); err != nil {
+			if err := pingPong(ctx, q, cq, &SendWR{Opcode: WRSend}, &RecvWR{}, rounds, first, &posted); err != nil {
 				errs <- err
 			}
 		}

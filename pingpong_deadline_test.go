@@ -25,16 +25,18 @@ func TestPingPongKeepsDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	errs := make(chan error, 2)
-	var wg sync.WaitGroup
+	var wg, posted sync.WaitGroup
+	posted.Add(2)
 	loop := func(pd *PD, q *QP, cq *CQ, first bool) {
 		defer wg.Done()
 		m, err := pd.AllocMR(16, LocalWrite)
 		if err != nil {
+			posted.Done()
 			errs <- err
 			return
 		}
 		send := &SendWR{Opcode: WRSend, Flags: Signaled | Inline, InlineData: make([]byte, 16)}
-		if err := pingPong(ctx, q, cq, send, &RecvWR{SGL: []SGE{m.SGE(0, 16)}}, rounds, first); err != nil {
+		if err := pingPong(ctx, q, cq, send, &RecvWR{SGL: []SGE{m.SGE(0, 16)}}, rounds, first, &posted); err != nil {
 			errs <- err
 		}
 	}
@@ -70,14 +72,20 @@ func TestPingPongKeepsDeadline(t *testing.T) {
 
 // pingPong plays one side of a SEND ping-pong on q, waiting on cq: it keeps four receives posted, and
 // answers each SEND that arrives with send, rounds times. The first side sends first, and does not
-// answer the last reply.
-func pingPong(ctx context.Context, q *QP, cq *CQ, send *SendWR, recv *RecvWR, rounds int, first bool) error {
+// answer the last reply. Both sides of a pair share posted (Add(2) before they start): the first sends
+// only once the other has posted its receives, or a goroutine started late on a loaded machine (the
+// race detector, CI's parallel packages) gets an RNR NAK for each try until the SEND fails with the
+// retry counter exceeded (7 tries 0.64 ms apart by default).
+func pingPong(ctx context.Context, q *QP, cq *CQ, send *SendWR, recv *RecvWR, rounds int, first bool, posted *sync.WaitGroup) error {
 	for range 4 {
 		if err := q.PostRecv(recv); err != nil {
+			posted.Done()
 			return err
 		}
 	}
+	posted.Done()
 	if first {
+		posted.Wait()
 		if err := q.PostSend(send); err != nil {
 			return err
 		}
