@@ -349,6 +349,11 @@ loop:
 	} else if ctx.Err() != nil {
 		err = ctx.Err()
 	}
+	if err == nil && res.Received < uint64(iters) {
+		// The loop stopped early because ctx ended; the echo goroutine may still have taken the fin
+		// before finish saw ctx end.
+		err = ctx.Err()
+	}
 
 	if secs := res.Elapsed.Seconds(); secs > 0 {
 		res.Gbps = float64(res.Bytes) * 8 / secs / 1e9
