@@ -77,13 +77,16 @@ func TestPingPongKeepsDeadline(t *testing.T) {
 // race detector, CI's parallel packages) gets an RNR NAK for each try until the SEND fails with the
 // retry counter exceeded (7 tries 0.64 ms apart by default).
 func pingPong(ctx context.Context, q *QP, cq *CQ, send *SendWR, recv *RecvWR, rounds int, first bool, posted *sync.WaitGroup) error {
+	var err error
 	for range 4 {
-		if err := q.PostRecv(recv); err != nil {
-			posted.Done()
-			return err
+		if err = q.PostRecv(recv); err != nil {
+			break
 		}
 	}
 	posted.Done()
+	if err != nil {
+		return err
+	}
 	if first {
 		posted.Wait()
 		if err := q.PostSend(send); err != nil {
