@@ -175,7 +175,7 @@ type Config struct {
 	// came, so that its next Wait drives again without a hand-over: 1 ms unless set; negative
 	// disables driving from Wait. Packets for the shard that come meanwhile wait for the next Wait,
 	// or for the shard's own goroutine, which takes over once the linger has ended: at most
-	// maxLingerSlack (3 ms) later when waiters kept renewing it.
+	// maxLingerSlack (16 ms) later when waiters kept renewing it.
 	Linger time.Duration
 	// BusyPoll is how long a goroutine that drives its shard from CQ.Wait reads the socket without
 	// sleeping, before it sleeps in the netpoller: Linux's SO_BUSY_POLL for the shard's socket, and

@@ -239,7 +239,26 @@ func (s *shard) takeBackground() bool {
 // (2.37 to 7.03), against 1.85 (1.53 to 2.88) with no look at all. Looking back off to every few
 // milliseconds keeps that rare, and a loop that stops leaves its shard's packets unread for at most
 // Linger plus this.
-const maxLingerSlack = 3 * time.Millisecond
+//
+// The bound is maxTimerBackoff, as for the deadline slack, and for the same reason: a timer due within
+// a few milliseconds makes every sleep of the netpoller dearer on some virtual machines (see
+// maxTimerBackoff), and this one is pending for as long as a loop runs.
+const maxLingerSlack = maxTimerBackoff
+
+// maxTimerBackoff bounds how late a timer that a request-reply loop keeps pushing out is looked at:
+// the linger's end (maxLingerSlack) and a deadline that moved out (maxStaleSlack, the tail-loss
+// probe's). While either is pending due within a few milliseconds, the netpoller sleeps with a
+// timeout that short, and on a paravirtualized guest (PVM, AMD EPYC, Linux 6.18) every such sleep
+// made the wake-up that ends it dearer: a plain Go UDP ping-pong between two processes took 31 to 33
+// us (p50) with a read deadline 3 ms ahead against 25 to 28 without. With both bounds at 3 ms a loop
+// always had one pending 1 to 4 ms ahead. Raising both to 16 ms took the two-process ping-pong's p50
+// against raw UDP's from a median of 1.26 (1.22 to 1.29) to 1.19 (1.17 to 1.25), and its CPU per
+// round trip from 1.29 to 1.20, over ten rounds of `goroce perf loopback -procs 2 -only pingpong -runs
+// 3` (each the median of its 3 runs, the builds interleaved); 8 ms gave 1.21 (1.18 to 1.23) over five.
+// The one-process figures did not move. The price: a loop that stops leaves its shard unread for up to
+// Linger plus 16 ms, and a tail loss that follows a run of stale wakes is probed up to 16 ms late,
+// still four times sooner than the ACK timeout (67 ms by default).
+const maxTimerBackoff = 16 * time.Millisecond
 
 // tryDrive drives the shard from a goroutine waiting on cq, if it can take it at once, until cq holds
 // a completion, done is closed or the socket fails. It returns false, having done nothing, when
@@ -526,11 +545,11 @@ const noDeadline = 1<<63 - 1
 // After a wake that found nothing due, distant deadlines are armed staleSlack late, doubling from
 // minStaleSlack up to maxStaleSlack with each further such wake, and back to 0 once a wake finds a
 // timer due. The cost is a probe or timeout that many milliseconds late when a loss comes after a
-// run of stale wakes: a probe at most 4 ms after the last packet instead of 1.
+// run of stale wakes: a probe at most 17 ms after the last packet instead of 1 (see maxTimerBackoff).
 const (
 	minSlackable  = 500 * time.Microsecond
 	minStaleSlack = 500 * time.Microsecond
-	maxStaleSlack = 3 * time.Millisecond
+	maxStaleSlack = maxTimerBackoff
 )
 
 // slacked returns when to wake for a deadline at: staleSlack late if at is minSlackable or more after

@@ -221,7 +221,7 @@ func TestBusyDriverYields(t *testing.T) {
 }
 
 // TestStaleSlack walks the slack a shard arms distant deadlines with: it grows with each deadline
-// wake that finds nothing due (0.5, 1, 2, then 3 ms at most), never touches a deadline less than
+// wake that finds nothing due (0.5, 1, 2, 4, 8, then 16 ms at most), never touches a deadline less than
 // minSlackable away (an ACK waiting for company), and goes back to 0 at the first wake that finds a
 // timer due.
 func TestStaleSlack(t *testing.T) {
@@ -246,12 +246,13 @@ func TestStaleSlack(t *testing.T) {
 		}
 	}
 	check("at first", 0)
-	for i, want := range []time.Duration{500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond, 3 * time.Millisecond} {
+	for i, want := range []time.Duration{500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond,
+		8 * time.Millisecond, 16 * time.Millisecond, 16 * time.Millisecond} {
 		s.noteTimerWake(false)
 		check(fmt.Sprintf("after %d stale wakes", i+1), want)
 	}
-	if got := d.Stats().StaleWakes; got != 5 {
-		t.Errorf("StaleWakes = %d, want 5", got)
+	if got := d.Stats().StaleWakes; got != 7 {
+		t.Errorf("StaleWakes = %d, want 7", got)
 	}
 	s.noteTimerWake(true)
 	check("after a wake with a timer due", 0)
