@@ -709,3 +709,36 @@ func TestTracerAdapterAllocs(t *testing.T) {
 		t.Errorf("%v allocations a traced packet, want 0", n)
 	}
 }
+
+// TestClosedQPDropsAfterTraffic sends a SEND to a QP, so that its shard remembers it (lookup's
+// last QP), then closes the QP and sends another: the second must be dropped as addressed to a QPN
+// nobody has, not handed to the closed QP.
+func TestClosedQPDropsAfterTraffic(t *testing.T) {
+	p := newPair(t, nil, RC, ConnectOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mb, err := p.pdb.AllocMR(16, LocalWrite)
+	must(t, err)
+	must(t, p.qb.PostRecv(&RecvWR{SGL: []SGE{mb.SGE(0, 16)}}))
+	send := &SendWR{Opcode: WRSend, Flags: Signaled | Inline, InlineData: []byte("first")}
+	must(t, p.qa.PostSend(send))
+	wcs := make([]Completion, 4)
+	for got := false; !got; {
+		n, err := p.cqb.Wait(ctx, wcs)
+		must(t, err)
+		for _, wc := range wcs[:n] {
+			must(t, wc.Err())
+			got = got || wc.Opcode == CompRecv
+		}
+	}
+	must(t, p.qb.Close())
+	before := p.b.Stats().DropUnknownQPN
+	send.InlineData = []byte("second")
+	must(t, p.qa.PostSend(send))
+	for deadline := time.Now().Add(10 * time.Second); p.b.Stats().DropUnknownQPN == before; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the SEND to the closed QP was not dropped as for an unknown QPN: stats %+v", p.b.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

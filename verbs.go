@@ -205,8 +205,10 @@ func (c *CQ) Wait(ctx context.Context, wc []Completion) (int, error) {
 		return 0, ErrNoRoom
 	}
 	for {
-		if n := c.Poll(wc); n > 0 {
-			return n, nil
+		if c.cq.Engine().Len() > 0 {
+			if n := c.Poll(wc); n > 0 {
+				return n, nil
+			}
 		}
 		if err := c.cq.Wait(ctx, false); err != nil {
 			if n := c.Poll(wc); n > 0 {

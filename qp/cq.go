@@ -3,6 +3,7 @@ package qp
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 )
 
 // ErrCQOverflow reports a completion queue that was full when a completion arrived. The completion is
@@ -14,8 +15,10 @@ var ErrCQOverflow = errors.New("qp: completion queue overflow")
 // application polls. It mirrors struct ibv_cq.
 //
 // A CQ is the hand-off point between QP owners and the application, so its methods are safe for
-// concurrent use; mu guards every field below it.
+// concurrent use; mu guards every field below it. count mirrors n for Len, which a waiter calls
+// between every two reads of its socket.
 type CQ struct {
+	count      atomic.Int32
 	mu         sync.Mutex
 	ring       []Completion
 	head, n    int
@@ -34,11 +37,7 @@ func NewCQ(capacity int) *CQ {
 func (c *CQ) Cap() int { return len(c.ring) }
 
 // Len returns how many completions are waiting to be polled.
-func (c *CQ) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
+func (c *CQ) Len() int { return int(c.count.Load()) }
 
 // Poll moves up to len(dst) completions, oldest first, into dst and returns how many it moved. It
 // mirrors ibv_poll_cq.
@@ -54,6 +53,7 @@ func (c *CQ) Poll(dst []Completion) int {
 		}
 	}
 	c.n -= k
+	c.count.Store(int32(c.n))
 	return k
 }
 
@@ -94,6 +94,7 @@ func (c *CQ) push(wc *Completion, solicited bool) error {
 	}
 	c.ring[i] = *wc
 	c.n++
+	c.count.Store(int32(c.n))
 	var fn func()
 	if c.armed && (!c.solicited || solicited || wc.Status != StatusSuccess) {
 		c.armed = false

@@ -29,6 +29,7 @@ type QP struct {
 	// peerGSO caches gsoPolicy.allowed for the peer: 0 unknown, 1 no, 2 yes.
 	peerGSO atomic.Int32
 	notify  atomic.Pointer[func()] // NotifyReceive's f, called by the next packet's handler
+	gone    atomic.Bool            // Close has removed the QP from the datapath's table
 	sendCQ  *CQ
 	recvCQ  *CQ
 	once    sync.Once
@@ -276,6 +277,7 @@ func (q *QP) Close() {
 		q.eng.ReleaseAcks()
 		q.mu.Unlock()
 		q.send(d.clock.Now()) // the socket is still open, also when the whole datapath is closing
+		q.gone.Store(true)
 		d.qps.Delete(q.qpn)
 		d.nqps.Add(-1)
 		q.mu.Lock()

@@ -82,7 +82,7 @@ func (s *shard) receivePacket(b []byte, from netip.AddrPort, to netip.Addr, tos 
 		s.receiveGSI(pkt, b, from, local, tos, id, now)
 		return
 	}
-	q := d.lookup(pkt.BTH().DestQP())
+	q := s.lookup(pkt.BTH().DestQP())
 	if q == nil {
 		drop(&d.stats.dropUnknownQPN, DropUnknownQPN, pkt, id)
 		return
@@ -115,6 +115,19 @@ func (s *shard) receivePacket(b []byte, from netip.AddrPort, to netip.Addr, tos 
 		}
 		r.touched = append(r.touched, q)
 	}
+}
+
+// lookup returns the QP numbered n, or nil. The QP the shard last found is checked first: a shard's
+// packets mostly go to one QP at a time.
+func (s *shard) lookup(n wire.QPN) *QP {
+	if q := s.rx.last; q != nil && q.qpn == n && !q.gone.Load() {
+		return q
+	}
+	q := s.d.lookup(n)
+	if q != nil {
+		s.rx.last = q
+	}
+	return q
 }
 
 func (d *Datapath) lookup(n wire.QPN) *QP {

@@ -385,14 +385,14 @@ func (s *shard) step() error {
 	s.collectReady()
 	now := d.clock.Now()
 	s.lastNow = now
-	if s.timerDue(now) {
-		s.drainBeforeTimers(now)
-	}
+	next := s.nextDeadline()
+	drained := due(next, now) && s.drainBeforeTimers(now)
 	fired := s.fireTimers(now)
 	if s.timerWoke {
 		s.timerWoke = false
 		s.noteTimerWake(fired > 0)
 	}
+	pumped := len(s.work) > 0
 	s.pumpAll(s.work, now)
 	s.work = s.work[:0]
 	// The waiter that drives has its completion: it goes back to its program without reading, so
@@ -404,7 +404,10 @@ func (s *shard) step() error {
 		s.inStep.Store(false)
 		return nil
 	}
-	s.arm(s.nextDeadline(), now)
+	if drained || fired > 0 || pumped {
+		next = s.nextDeadline() // what it found, fired or sent moved the deadlines
+	}
+	s.arm(next, now)
 	// A deadline filed after collectReady either shows in nready here or saw the deadline just armed
 	// (fileDeadline enqueues before it reads armed), so it is never left for later than it is due.
 	if s.kicked.Swap(false) {
@@ -591,14 +594,11 @@ func (s *shard) collectReady() {
 	}
 }
 
-// timerDue reports whether a QP's deadline has come by now. It looks past the heap's stale entries
-// (nextDeadline): in a ping-pong the entry of the ACK held for company, which left with the reply, is
-// due at nearly every step, and draining the socket for it cost a recvmmsg in a quarter of the round
-// trips.
-func (s *shard) timerDue(now time.Time) bool {
-	at := s.nextDeadline()
-	return !at.IsZero() && !at.After(now)
-}
+// due reports whether the deadline at, nextDeadline's answer, has come by now. nextDeadline looks past
+// the heap's stale entries: in a ping-pong the entry of the ACK held for company, which left with the
+// reply, is due at nearly every step, and draining the socket for it cost a recvmmsg in a quarter of
+// the round trips.
+func due(at, now time.Time) bool { return !at.IsZero() && !at.After(now) }
 
 // maxDrainBatches bounds drainBeforeTimers: a socket that never runs dry does not hold the timers off.
 const maxDrainBatches = 4
@@ -607,20 +607,22 @@ const maxDrainBatches = 4
 // run for a while (its process descheduled on a loaded host, a GC pause) wakes with its timers past
 // due and, often, the very ACKs that would have stopped them waiting in the socket: firing first
 // would resend what the peer has, and count a retry against retry_cnt for nothing. A Conn that cannot
-// poll (conn.Poller) is left as it is.
-func (s *shard) drainBeforeTimers(now time.Time) {
+// poll (conn.Poller) is left as it is. It reports whether it received anything.
+func (s *shard) drainBeforeTimers(now time.Time) (received bool) {
 	p, ok := s.conn.(conn.Poller)
 	if !ok {
-		return
+		return false
 	}
 	for range maxDrainBatches {
 		n, err := p.PollBatch(s.rx.msgs)
 		if err != nil || n == 0 {
-			return
+			break
 		}
+		received = true
 		s.d.stats.drains.Add(1)
 		s.receive(n, now)
 	}
+	return received
 }
 
 // fireTimers runs the engines whose deadline has come, adds them to the work list and returns how
@@ -684,6 +686,7 @@ type rxState struct {
 	v       verifier
 	info    qp.RxInfo
 	touched []*QP
+	last    *QP         // the QP lookup found last
 	trace   TraceRecord // handed to the Tracer for each packet, reused (the Tracer must not keep it)
 }
 
