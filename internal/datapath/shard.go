@@ -253,8 +253,9 @@ const maxLingerSlack = maxTimerBackoff
 // us (p50) with a read deadline 3 ms ahead against 25 to 28 without. With both bounds at 3 ms a loop
 // always had one pending 1 to 4 ms ahead. Raising both to 16 ms took the two-process ping-pong's p50
 // against raw UDP's from a median of 1.26 (1.22 to 1.29) to 1.19 (1.17 to 1.25), and its CPU per
-// round trip from 1.29 to 1.20, over ten rounds of `goroce perf loopback -procs 2 -only pingpong -runs
-// 3` (each the median of its 3 runs, the builds interleaved); 8 ms gave 1.21 (1.18 to 1.23) over five.
+// round trip from 1.29 to 1.20, over ten rounds of `goroce perf loopback -procs both -only pingpong
+// -runs 3` (five; five more with -procs 2), each the median of its 3 runs, the builds interleaved; 8 ms
+// gave 1.21 (1.18 to 1.23) over five.
 // The one-process figures did not move. The price: a loop that stops leaves its shard unread for up to
 // Linger plus 16 ms, and a tail loss that follows a run of stale wakes is probed up to 16 ms late,
 // still four times sooner than the ACK timeout (67 ms by default).
