@@ -3,8 +3,12 @@ package conn
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/wire"
 )
 
 func TestRawThroughputMem(t *testing.T) {
@@ -178,6 +182,97 @@ func BenchmarkUDPBatch(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.N*len(out))/b.Elapsed().Seconds(), "pps")
+		})
+	}
+}
+
+// BenchmarkPingPongFloor is a ping-pong over 127.0.0.1 of raw 32-byte datagrams (raw), and of what a
+// RoCEv2 SEND ping-pong's own per-packet work needs and nothing more (roce): each side builds a
+// 16-byte SEND_ONLY and the ACK of the SEND it answers, seals both ICRCs, writes them in one GSO write
+// to a GRO reader, and parses both packets it reads and computes their ICRCs. No engine, queue or
+// memory region is involved, so goroce's round trip (the root package's BenchmarkSendPingPong, `goroce
+// perf loopback -procs 1 -only pingpong`) against roce's is what its machinery costs; ns/op is the mean
+// round trip, and p50-µs its median.
+func BenchmarkPingPongFloor(b *testing.B) {
+	ip, udp, payload := make([]byte, 20), make([]byte, 8), make([]byte, 16)
+	ip[0] = 0x45
+	for _, roce := range []bool{false, true} {
+		name := map[bool]string{false: "raw", true: "roce"}[roce]
+		b.Run(name, func(b *testing.B) {
+			opts := Options{}
+			if roce {
+				opts = Options{GSO: true, GRO: true}
+			}
+			a, c := udpPair(b, loop4, opts)
+			build := func(m []Message, buf []byte, to netip.AddrPort) []Message {
+				if !roce {
+					m[0] = Message{Buf: buf[:32], Addr: to}
+					return m
+				}
+				f := wire.Fields{BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x11}}
+				out, _ := wire.Append(buf[:0], &f, payload)
+				_ = wire.SetICRC(ip, udp, out)
+				n := len(out)
+				f = wire.Fields{BTH: wire.BTHFields{Opcode: wire.RCAcknowledge, PKey: wire.DefaultPKey, DestQP: 0x11}}
+				out, _ = wire.Append(out, &f, nil)
+				_ = wire.SetICRC(ip, udp, out[n:])
+				m[0] = Message{Buf: out, Addr: to, SegSize: n}
+				return m
+			}
+			handle := func(msgs []Message) (fin bool) {
+				for i := range msgs {
+					if msgs[i].N == 1 {
+						return true
+					}
+					if roce {
+						msgs[i].Segments(func(seg []byte) {
+							p, err := wire.Parse(seg)
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							_, _ = wire.ComputeICRC(ip, udp, p.Bytes()[:p.Len()-wire.ICRCLen])
+						})
+					}
+				}
+				return false
+			}
+			done := make(chan struct{})
+			go func() { // echo
+				defer close(done)
+				msgs, out, buf, to := newMessages(8, 2048), make([]Message, 1), make([]byte, 256), dialable(a.LocalAddr())
+				for {
+					n, err := c.ReadBatch(msgs)
+					if err != nil || handle(msgs[:n]) {
+						return
+					}
+					if _, err := c.WriteBatch(build(out, buf, to)); err != nil {
+						return
+					}
+				}
+			}()
+			msgs, out, buf, to := newMessages(8, 2048), make([]Message, 1), make([]byte, 256), dialable(c.LocalAddr())
+			var samples []time.Duration
+			b.ReportAllocs()
+			for b.Loop() {
+				t0 := time.Now()
+				if _, err := a.WriteBatch(build(out, buf, to)); err != nil {
+					b.Fatal(err)
+				}
+				n, err := a.ReadBatch(msgs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				handle(msgs[:n])
+				samples = append(samples, time.Since(t0))
+			}
+			b.StopTimer()
+			if _, err := a.WriteBatch([]Message{{Buf: make([]byte, 1), Addr: to}}); err != nil {
+				b.Fatal(err)
+			}
+			<-done
+			slices.Sort(samples)
+			b.ReportMetric(float64(percentile(samples, 0.5).Nanoseconds())/1e3, "p50-µs")
 		})
 	}
 }
