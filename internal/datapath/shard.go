@@ -255,10 +255,10 @@ const maxLingerSlack = maxTimerBackoff
 // against raw UDP's from a median of 1.26 (1.22 to 1.29) to 1.19 (1.17 to 1.25), and its CPU per
 // round trip from 1.29 to 1.20, over ten rounds of `goroce perf loopback -procs both -only pingpong
 // -runs 3` (five; five more with -procs 2), each the median of its 3 runs, the builds interleaved; 8 ms
-// gave 1.21 (1.18 to 1.23) over five.
-// The one-process figures did not move. The price: a loop that stops leaves its shard unread for up to
-// Linger plus 16 ms, and a tail loss that follows a run of stale wakes is probed up to 16 ms late,
-// still four times sooner than the ACK timeout (67 ms by default).
+// gave 1.21 (1.18 to 1.23) over five. The one-process figures did not move. The price: a loop that
+// stops leaves its shard unread for up to Linger plus 16 ms, and a tail loss that follows a run of
+// stale wakes is probed up to 16 ms late, still four times sooner than the ACK timeout (67 ms by
+// default).
 const maxTimerBackoff = 16 * time.Millisecond
 
 // tryDrive drives the shard from a goroutine waiting on cq, if it can take it at once, until cq holds
