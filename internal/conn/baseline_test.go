@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -189,39 +190,50 @@ func BenchmarkUDPBatch(b *testing.B) {
 // BenchmarkPingPongFloor is a ping-pong over 127.0.0.1 of raw 32-byte datagrams (raw), and of what a
 // RoCEv2 SEND ping-pong's own per-packet work needs and nothing more (roce): each side builds a
 // 16-byte SEND_ONLY and the ACK of the SEND it answers, seals both ICRCs, writes them in one GSO write
-// to a GRO reader, and parses both packets it reads and computes their ICRCs. No engine, queue or
-// memory region is involved, so goroce's round trip (the root package's BenchmarkSendPingPong, `goroce
-// perf loopback -procs 1 -only pingpong`) against roce's is what its machinery costs; ns/op is the mean
-// round trip, and p50-µs its median.
+// to a GRO reader, and parses both packets it reads and computes their ICRCs. roce-sockets does the
+// same over a goroce device's sockets: each side receives on a reuseport group of min(GOMAXPROCS, 4)
+// sockets steered by destination QPN (ListenShards), reads the QP's socket, and sends from a socket
+// of its own, as a QP sends from its source port. No engine, queue or memory region is involved, so
+// goroce's round trip (the root package's BenchmarkSendPingPong, `goroce perf loopback -procs 1 -only
+// pingpong`) against roce-sockets' is what its machinery costs; ns/op is the mean round trip, and
+// p50-µs its median.
 func BenchmarkPingPongFloor(b *testing.B) {
 	ip, udp, payload := make([]byte, 20), make([]byte, 8), make([]byte, 16)
 	ip[0] = 0x45
-	for _, roce := range []bool{false, true} {
-		name := map[bool]string{false: "raw", true: "roce"}[roce]
+	const qpn = 0x11
+	for _, name := range []string{"raw", "roce", "roce-sockets"} {
+		roce := name != "raw"
 		b.Run(name, func(b *testing.B) {
 			opts := Options{}
 			if roce {
 				opts = Options{GSO: true, GRO: true}
 			}
-			a, c := udpPair(b, loop4, opts)
+			a, c := udpPair(b, loop4, opts) // receive and send
+			sa, sc := a, c
+			if name == "roce-sockets" {
+				a, c = shardOf(b, opts, qpn), shardOf(b, opts, qpn)
+			}
 			build := func(m []Message, buf []byte, to netip.AddrPort) []Message {
 				if !roce {
 					m[0] = Message{Buf: buf[:32], Addr: to}
 					return m
 				}
-				f := wire.Fields{BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x11}}
+				f := wire.Fields{BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: qpn}}
 				out, _ := wire.Append(buf[:0], &f, payload)
 				_ = wire.SetICRC(ip, udp, out)
 				n := len(out)
-				f = wire.Fields{BTH: wire.BTHFields{Opcode: wire.RCAcknowledge, PKey: wire.DefaultPKey, DestQP: 0x11}}
+				f = wire.Fields{BTH: wire.BTHFields{Opcode: wire.RCAcknowledge, PKey: wire.DefaultPKey, DestQP: qpn}}
 				out, _ = wire.Append(out, &f, nil)
 				_ = wire.SetICRC(ip, udp, out[n:])
 				m[0] = Message{Buf: out, Addr: to, SegSize: n}
 				return m
 			}
+			// The last datagram, which ends the echo, is a bare BTH to the same QP (steered alike).
+			last := make([]byte, wire.BTHLen)
+			last[QPNOffset+2] = qpn
 			handle := func(msgs []Message) (fin bool) {
 				for i := range msgs {
-					if msgs[i].N == 1 {
+					if msgs[i].N == len(last) {
 						return true
 					}
 					if roce {
@@ -246,7 +258,7 @@ func BenchmarkPingPongFloor(b *testing.B) {
 					if err != nil || handle(msgs[:n]) {
 						return
 					}
-					if _, err := c.WriteBatch(build(out, buf, to)); err != nil {
+					if _, err := sc.WriteBatch(build(out, buf, to)); err != nil {
 						return
 					}
 				}
@@ -256,7 +268,7 @@ func BenchmarkPingPongFloor(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				t0 := time.Now()
-				if _, err := a.WriteBatch(build(out, buf, to)); err != nil {
+				if _, err := sa.WriteBatch(build(out, buf, to)); err != nil {
 					b.Fatal(err)
 				}
 				n, err := a.ReadBatch(msgs)
@@ -267,7 +279,7 @@ func BenchmarkPingPongFloor(b *testing.B) {
 				samples = append(samples, time.Since(t0))
 			}
 			b.StopTimer()
-			if _, err := a.WriteBatch([]Message{{Buf: make([]byte, 1), Addr: to}}); err != nil {
+			if _, err := sa.WriteBatch([]Message{{Buf: last, Addr: to}}); err != nil {
 				b.Fatal(err)
 			}
 			<-done
@@ -275,4 +287,25 @@ func BenchmarkPingPongFloor(b *testing.B) {
 			b.ReportMetric(float64(percentile(samples, 0.5).Nanoseconds())/1e3, "p50-µs")
 		})
 	}
+}
+
+// shardOf opens a reuseport group on 127.0.0.1 as a goroce device does (min(GOMAXPROCS, 4) sockets,
+// steered by QPN) and returns the socket that datagrams to qpn reach; the group closes at the end of
+// the benchmark.
+func shardOf(b *testing.B, opts Options, qpn int) *UDPConn {
+	b.Helper()
+	n := min(runtime.GOMAXPROCS(0), 4)
+	group, err := UDP.ListenShards(loop4, n, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		for _, c := range group {
+			c.Close()
+		}
+	})
+	if st := group[0].(*UDPConn).Stats(); st.SteerFailed != 0 {
+		b.Skip("the kernel refused the steering program")
+	}
+	return group[qpn%n].(*UDPConn)
 }
