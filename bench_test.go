@@ -5,12 +5,15 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/conn"
 )
 
 // BenchmarkSendPingPong measures the round trip of a 16-byte SEND answered by a 16-byte SEND between
 // two devices on loopback sockets: ns/op is the mean, p50-µs the median. internal/conn's
 // BenchmarkPingPongFloor measures the same exchange without goroce's machinery (its roce-sockets
-// case) and raw UDP's; `goroce perf loopback` compares with raw UDP in one run.
+// case) and raw UDP's; `goroce perf loopback` compares with raw UDP in one run. Built with -tags
+// goroce_systrace, it also logs conn.SyscallProfile.
 func BenchmarkSendPingPong(b *testing.B) {
 	p := newPair(b, nil, RC, ConnectOptions{MTU: MTU1024})
 	ma, _ := p.pda.RegMR(make([]byte, 16), LocalWrite)
@@ -50,6 +53,7 @@ func BenchmarkSendPingPong(b *testing.B) {
 	send := SendWR{Opcode: WRSend, Flags: Inline, InlineData: ma.Bytes()}
 	recv := RecvWR{SGL: []SGE{ma.SGE(0, 16)}}
 	var samples []time.Duration
+	conn.SyscallProfile() // from here on
 	b.ReportAllocs()
 	for b.Loop() {
 		t0 := time.Now()
@@ -71,13 +75,16 @@ func BenchmarkSendPingPong(b *testing.B) {
 		samples = append(samples, time.Since(t0))
 	}
 	b.StopTimer()
-	slices.Sort(samples)
-	b.ReportMetric(float64(samples[len(samples)/2].Nanoseconds())/1e3, "p50-µs")
 	close(stop)
 	cancel()
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
+	if p := conn.SyscallProfile(); p != "" {
+		b.Log("\n" + p)
+	}
+	slices.Sort(samples)
+	b.ReportMetric(float64(samples[len(samples)/2].Nanoseconds())/1e3, "p50-µs")
 }
 
 // BenchmarkWriteStream measures a stream of 64 KiB RDMA WRITEs at path MTU 4096 between two devices on

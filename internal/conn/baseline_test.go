@@ -196,7 +196,7 @@ func BenchmarkUDPBatch(b *testing.B) {
 // of its own, as a QP sends from its source port. No engine, queue or memory region is involved, so
 // goroce's round trip (the root package's BenchmarkSendPingPong, `goroce perf loopback -procs 1 -only
 // pingpong`) against roce-sockets' is what its machinery costs; ns/op is the mean round trip, and
-// p50-µs its median.
+// p50-µs its median. Built with -tags goroce_systrace, each case also logs SyscallProfile.
 func BenchmarkPingPongFloor(b *testing.B) {
 	ip, udp, payload := make([]byte, 20), make([]byte, 8), make([]byte, 16)
 	ip[0] = 0x45
@@ -265,6 +265,7 @@ func BenchmarkPingPongFloor(b *testing.B) {
 			}()
 			msgs, out, buf, to := newMessages(8, 2048), make([]Message, 1), make([]byte, 256), dialable(c.LocalAddr())
 			var samples []time.Duration
+			SyscallProfile() // from here on
 			b.ReportAllocs()
 			for b.Loop() {
 				t0 := time.Now()
@@ -283,6 +284,9 @@ func BenchmarkPingPongFloor(b *testing.B) {
 				b.Fatal(err)
 			}
 			<-done
+			if p := SyscallProfile(); p != "" {
+				b.Log("\n" + p)
+			}
 			slices.Sort(samples)
 			b.ReportMetric(float64(percentile(samples, 0.5).Nanoseconds())/1e3, "p50-µs")
 		})

@@ -397,7 +397,17 @@ func (c *UDPConn) SetReadDeadline(t time.Time) error { return c.file.SetReadDead
 // recvmmsg is the poller callback of ReadBatch: false asks the poller to wait for readability.
 func (c *UDPConn) recvmmsg(fd uintptr) bool {
 	for {
+		if systraceOn {
+			systrace(sysRecv, fd)
+		}
 		n, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&c.rhdr[0])), uintptr(c.rn), unix.MSG_DONTWAIT, 0, 0)
+		if systraceOn {
+			k := sysRecvData
+			if e == unix.EAGAIN {
+				k = sysRecvEmpty
+			}
+			systrace(k, fd)
+		}
 		switch e {
 		case 0:
 			c.rgot, c.rerr = int(n), 0
@@ -427,7 +437,13 @@ const sendPollSlice = 10
 // sendmmsg is the poller callback of WriteBatch.
 func (c *UDPConn) sendmmsg(fd uintptr) bool {
 	for {
+		if systraceOn {
+			systrace(sysSend, fd)
+		}
 		n, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&c.whdr[0])), uintptr(c.wn), unix.MSG_DONTWAIT, 0, 0)
+		if systraceOn {
+			systrace(sysSent, fd)
+		}
 		switch e {
 		case 0:
 			c.wgot, c.werr = int(n), 0
