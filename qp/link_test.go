@@ -180,6 +180,7 @@ func (l *link) pump() bool {
 			var out []byte
 			var tx Tx
 			var ok bool
+			may := h.qp.MaySend(l.now) // checked against what AppendPacket then does, in every test on a link
 			if !l.byRef {
 				out, tx, ok = h.qp.AppendPacket(l.now, make([]byte, 0, 4200))
 			} else {
@@ -196,6 +197,9 @@ func (l *link) pump() bool {
 			}
 			if !ok {
 				break
+			}
+			if !may {
+				l.t.Fatalf("%s: MaySend said nothing to send, and AppendPacket built a packet", h.name)
 			}
 			any = true
 			l.sent++

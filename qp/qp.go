@@ -460,6 +460,23 @@ func (q *QP) AppendPacket(now time.Time, dst []byte) ([]byte, Tx, bool) {
 	return dst, Tx{}, false
 }
 
+// MaySend reports whether AppendPacket may have a packet at now. False means it has none: no response
+// is queued but an ACK held for company that is not due, no probe is due and no request is left to
+// send. True may still find nothing (a window, a pacer or an RNR wait holds the next request back).
+// An owner that has just handed the QP a packet can skip asking when it is false.
+func (q *QP) MaySend(now time.Time) bool {
+	if q.cmp.probeDue || q.req.next < q.sq.n {
+		return true
+	}
+	j := q.rsp.jobs.front()
+	if j == nil || q.typ != RC {
+		return false
+	}
+	held := !j.due.IsZero() && q.rsp.jobs.n == 1 && now.Before(j.due)
+	company := !now.IsZero() && q.companyAt.Equal(now)
+	return !held || company
+}
+
 // RefMin is the smallest payload AppendPacketRefs takes by reference: below it the copy costs less
 // than another piece for the socket to walk.
 const RefMin = 512

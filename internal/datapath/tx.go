@@ -285,25 +285,48 @@ func (q *QP) send(now time.Time) {
 }
 
 // pumpAll pumps qs, which a driver collected, one port at a time (each port's QPs in one batch), and
-// files the deadlines that moved. It uses up qs: every entry is nil when it returns.
+// files the deadlines that moved. A QP whose engine has nothing to send (qp.QP.MaySend), as after a
+// request whose ACK waits for the reply's company, only has its deadline filed: its port is neither
+// locked nor written to. It uses up qs: every entry is nil when it returns.
 func (s *shard) pumpAll(qs []*QP, now time.Time) {
 	for i := range qs {
 		if qs[i] == nil {
 			continue
 		}
 		p := qs[i].port
-		p.mu.Lock()
+		locked := false
 		for k := i; k < len(qs); k++ {
-			if q := qs[k]; q != nil && q.port == p {
-				if !p.pump(q, s.tx, now).IsZero() {
-					s.file(q)
-				}
-				qs[k] = nil
+			q := qs[k]
+			if q == nil || q.port != p {
+				continue
+			}
+			qs[k] = nil
+			if q.quiet(now) {
+				s.file(q)
+				continue
+			}
+			if !locked {
+				p.mu.Lock()
+				locked = true
+			}
+			if !p.pump(q, s.tx, now).IsZero() {
+				s.file(q)
 			}
 		}
-		p.flush(s.tx)
-		p.mu.Unlock()
+		if locked {
+			if len(s.tx.msgs) > 0 {
+				p.flush(s.tx)
+			}
+			p.mu.Unlock()
+		}
 	}
+}
+
+// quiet reports whether q's engine has nothing to send at now, or q is closed.
+func (q *QP) quiet(now time.Time) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.closed || !q.eng.MaySend(now)
 }
 
 // destination returns where a packet the engine produced goes: the QP's peer, or for UD the address
