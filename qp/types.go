@@ -57,15 +57,20 @@ const (
 	WRSendInv     WROpcode = 9 // SEND with invalidate: the peer invalidates InvalidateRKey
 )
 
-var wrOpcodeNames = map[WROpcode]string{
+// wrOpcodeNames names the opcodes goroce knows, indexed by value; "" marks the values it does not (as
+// ibv_wr_opcode's 7 and 8, bind and local invalidate, which it does not take).
+var wrOpcodeNames = [...]string{
 	WRWrite: "RDMA_WRITE", WRWriteImm: "RDMA_WRITE_WITH_IMM", WRSend: "SEND", WRSendImm: "SEND_WITH_IMM",
 	WRRead: "RDMA_READ", WRCompareSwap: "ATOMIC_CMP_AND_SWP", WRFetchAdd: "ATOMIC_FETCH_AND_ADD",
 	WRSendInv: "SEND_WITH_INV",
 }
 
+// known reports whether goroce knows o.
+func (o WROpcode) known() bool { return int(o) < len(wrOpcodeNames) && wrOpcodeNames[o] != "" }
+
 func (o WROpcode) String() string {
-	if s, ok := wrOpcodeNames[o]; ok {
-		return s
+	if o.known() {
+		return wrOpcodeNames[o]
 	}
 	return fmt.Sprintf("WROpcode(%d)", uint8(o))
 }
@@ -82,8 +87,7 @@ func (o WROpcode) isWrite() bool { return o == WRWrite || o == WRWriteImm }
 func (o WROpcode) allowedOn(t Type) bool {
 	switch t {
 	case RC:
-		_, ok := wrOpcodeNames[o]
-		return ok
+		return o.known()
 	case UC:
 		return o == WRSend || o == WRSendImm || o == WRWrite || o == WRWriteImm
 	case UD:
