@@ -17,10 +17,11 @@ import (
 func (s *shard) receive(n int, now time.Time) {
 	d := s.d
 	r := &s.rx
+	var packets, bytes, runs uint64 // counted once a batch: each count is an atomic add
 	for i := 0; i < n; i++ {
 		m := &r.msgs[i]
 		if m.Truncated {
-			d.stats.rxPackets.Add(1)
+			packets++
 			d.stats.dropTruncated.Add(1)
 			if t := d.cfg.Tracer; t != nil {
 				r.trace = TraceRecord{At: now, From: m.Addr, To: netip.AddrPortFrom(m.Local, d.local.Port()), TOS: m.TOS,
@@ -34,13 +35,20 @@ func (s *shard) receive(n int, now time.Time) {
 			to = d.local.Addr()
 		}
 		if m.SegSize > 0 {
-			d.stats.rxGRO.Add(1)
+			runs++
 		}
 		var seg uint16
 		m.Segments(func(b []byte) {
 			s.receivePacket(b, m.Addr, to, m.TOS, seg, now)
 			seg++
 		})
+		packets += uint64(seg)
+		bytes += uint64(m.N)
+	}
+	d.stats.rxPackets.Add(packets)
+	d.stats.rxBytes.Add(bytes)
+	if runs > 0 {
+		d.stats.rxGRO.Add(runs)
 	}
 	s.pumpAll(r.touched, now)
 	clear(r.touched)
@@ -55,8 +63,6 @@ func (s *shard) receive(n int, now time.Time) {
 func (s *shard) receivePacket(b []byte, from netip.AddrPort, to netip.Addr, tos uint8, idGuess uint16, now time.Time) {
 	d := s.d
 	r := &s.rx
-	d.stats.rxPackets.Add(1)
-	d.stats.rxBytes.Add(uint64(len(b)))
 	local := netip.AddrPortFrom(to, d.local.Port())
 	drop := func(c *atomic.Uint64, why Drop, pkt wire.Packet, id uint16) {
 		c.Add(1)
