@@ -316,6 +316,13 @@ func (s *shard) letGo() {
 	}
 }
 
+// covered reports whether the read deadline armed already wakes the driver by next, a deadline
+// nextDeadline returned, so that arm would leave it as it is.
+func (s *shard) covered(next time.Time) bool {
+	a := s.armed.Load()
+	return a != 0 && (next.IsZero() || next.UnixNano() >= a)
+}
+
 // realNow returns the time on the real clock for the driver, which holds drive: the reading its last
 // step took (microseconds old: the step has just run, and a linger measured from it is that much
 // shorter), or a fresh one when there is none or the datapath's clock is not the real one.
@@ -384,31 +391,37 @@ func (s *shard) step() error {
 	d := s.d
 	s.inStep.Store(true)
 	s.collectReady()
-	now := d.clock.Now()
-	s.lastNow = now
 	next := s.nextDeadline()
-	drained := due(next, now) && s.drainBeforeTimers(now)
-	fired := s.fireTimers(now)
-	if s.timerWoke {
-		s.timerWoke = false
-		s.noteTimerWake(fired > 0)
+	// With no work, no timer wake to account for and the next deadline no earlier than the one
+	// armed, there is nothing to fire (a deadline that has passed ends the read at once, and the
+	// step after it fires) and nothing to arm, so the clock, dear right after a system call, is
+	// left unread: in a request-reply loop, every step before a read.
+	if len(s.work) > 0 || s.timerWoke || !s.covered(next) {
+		now := d.clock.Now()
+		s.lastNow = now
+		drained := due(next, now) && s.drainBeforeTimers(now)
+		fired := s.fireTimers(now)
+		if s.timerWoke {
+			s.timerWoke = false
+			s.noteTimerWake(fired > 0)
+		}
+		pumped := len(s.work) > 0
+		s.pumpAll(s.work, now)
+		s.work = s.work[:0]
+		// The waiter that drives has its completion: it goes back to its program without reading,
+		// so the read deadline is left as it is. In a request-reply loop the deadline to arm here is
+		// the ACK held for company, which leaves with the reply the program posts next; arming it
+		// would cost a thread wake-up, which Go's runtime starts whenever a timer moves while no
+		// thread waits in the netpoller, for a read that does not happen.
+		if c := s.waitCQ; c != nil && c.ready(s.waitSolicited) {
+			s.inStep.Store(false)
+			return nil
+		}
+		if drained || fired > 0 || pumped {
+			next = s.nextDeadline() // what it found, fired or sent moved the deadlines
+		}
+		s.arm(next, now)
 	}
-	pumped := len(s.work) > 0
-	s.pumpAll(s.work, now)
-	s.work = s.work[:0]
-	// The waiter that drives has its completion: it goes back to its program without reading, so
-	// the read deadline is left as it is. In a request-reply loop the deadline to arm here is the ACK
-	// held for company, which leaves with the reply the program posts next; arming it would cost a
-	// thread wake-up, which Go's runtime starts whenever a timer moves while no thread waits in the
-	// netpoller, for a read that does not happen.
-	if c := s.waitCQ; c != nil && c.ready(s.waitSolicited) {
-		s.inStep.Store(false)
-		return nil
-	}
-	if drained || fired > 0 || pumped {
-		next = s.nextDeadline() // what it found, fired or sent moved the deadlines
-	}
-	s.arm(next, now)
 	// A deadline filed after collectReady either shows in nready here or saw the deadline just armed
 	// (fileDeadline enqueues before it reads armed), so it is never left for later than it is due.
 	if s.kicked.Swap(false) {
@@ -442,7 +455,7 @@ func (s *shard) step() error {
 		return nil
 	}
 	s.inStep.Store(true)
-	now = d.clock.Now()
+	now := d.clock.Now()
 	s.lastNow = now
 	if waited {
 		s.yielded = now // the goroutine parked in the read: the scheduler has had its turn
