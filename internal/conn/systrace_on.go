@@ -37,7 +37,7 @@ const (
 
 var (
 	sysEpoch  = time.Now()
-	sysEvents = make([]sysEvent, 1<<22)
+	sysEvents = make([]sysEvent, 1<<22) // 64 MiB: half a million round trips of a ping-pong; later calls go unrecorded
 	sysNext   atomic.Int64
 )
 
