@@ -430,7 +430,7 @@ func (q *QP) NextDeadline() time.Time {
 // with a zero ICRC for the datapath to fill in, since the ICRC covers IP and UDP headers only the
 // datapath knows. It returns false when there is nothing to send now: check NextDeadline.
 func (q *QP) AppendPacket(now time.Time, dst []byte) ([]byte, Tx, bool) {
-	company := !now.IsZero() && q.companyAt.Equal(now)
+	company := q.inRound(now)
 	if !company {
 		if out, tx, ok := q.rsp.appendPacket(q, now, dst, false); ok {
 			q.counters.SentPkts++
@@ -468,14 +468,15 @@ func (q *QP) MaySend(now time.Time) bool {
 	if q.cmp.probeDue || q.req.next < q.sq.n {
 		return true
 	}
-	j := q.rsp.jobs.front()
-	if j == nil || q.typ != RC {
+	if q.rsp.jobs.front() == nil || q.typ != RC {
 		return false
 	}
-	held := !j.due.IsZero() && q.rsp.jobs.n == 1 && now.Before(j.due)
-	company := !now.IsZero() && q.companyAt.Equal(now)
-	return !held || company
+	return !now.Before(q.rsp.heldUntil()) || q.inRound(now)
 }
+
+// inRound reports whether now is the time of the AppendPacket round that built a request, so that an
+// ACK held for company goes out in it.
+func (q *QP) inRound(now time.Time) bool { return !now.IsZero() && q.companyAt.Equal(now) }
 
 // RefMin is the smallest payload AppendPacketRefs takes by reference: below it the copy costs less
 // than another piece for the socket to walk.

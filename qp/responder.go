@@ -768,14 +768,24 @@ func (r *responder) handleUD(q *QP, p wire.Packet, info *RxInfo) {
 	q.enterError()
 }
 
+// heldUntil returns when the ACK held back for company (Config.AckDelay) is due, if the only job
+// queued is one, else the zero time. AppendPacket leaves it for the round that builds a request, or
+// until then; MaySend reads the same.
+func (r *responder) heldUntil() time.Time {
+	if j := r.jobs.front(); j != nil && !j.due.IsZero() && r.jobs.n == 1 {
+		return j.due
+	}
+	return time.Time{}
+}
+
 // appendPacket builds the next response packet.
 func (r *responder) appendPacket(q *QP, now time.Time, dst []byte, force bool) ([]byte, Tx, bool) {
 	j := r.jobs.front()
 	if j == nil || q.typ != RC {
 		return dst, Tx{}, false
 	}
-	if !j.due.IsZero() && !force && r.jobs.n == 1 {
-		if now.Before(j.due) {
+	if due := r.heldUntil(); !due.IsZero() && !force {
+		if now.Before(due) {
 			return dst, Tx{}, false // a delayed ACK waiting for company
 		}
 		r.alone = true // it waited in vain
