@@ -35,6 +35,9 @@ const (
 	sysRecvEmpty                // recvmmsg found nothing (EAGAIN)
 )
 
+// sysCallNames names a system call by the event that ends it.
+var sysCallNames = [...]string{sysSent: "sendmmsg", sysRecvData: "recvmmsg with data", sysRecvEmpty: "recvmmsg finding none"}
+
 var (
 	sysEpoch  = time.Now()
 	sysEvents = make([]sysEvent, 1<<22) // 64 MiB: half a million round trips of a ping-pong; later calls go unrecorded
@@ -68,7 +71,7 @@ func SyscallProfile() string {
 		switch e.kind {
 		case sysSend, sysRecv:
 			if f, ok := end(i); ok {
-				add(map[sysKind]string{sysSent: "sendmmsg", sysRecvData: "recvmmsg with data", sysRecvEmpty: "recvmmsg finding none"}[f.kind], f.at-e.at)
+				add(sysCallNames[f.kind], f.at-e.at)
 			}
 		case sysRecvData: // the other side waits for this one's send
 			for j := i + 1; j < len(ev); j++ {
