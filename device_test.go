@@ -734,3 +734,47 @@ func TestClosedQPDropsAfterTraffic(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestStatsCountWhatThePeerSent moves 64 KiB RDMA WRITEs (GSO runs of 4 KiB packets, read back whole
+// with GRO on loopback) and SEND ping-pongs between two devices, and checks that once the traffic
+// has settled each device counts in exactly the datagrams, bytes and GRO runs the other counted out.
+func TestStatsCountWhatThePeerSent(t *testing.T) {
+	p := newPair(t, nil, RC, ConnectOptions{MTU: MTU4096})
+	src, err := p.pda.AllocMR(64<<10, LocalWrite)
+	must(t, err)
+	dst, err := p.pdb.AllocMR(64<<10, LocalWrite|RemoteWrite)
+	must(t, err)
+	for range 8 {
+		must(t, p.qa.PostSend(&SendWR{Opcode: WRRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, 64<<10)},
+			RemoteAddr: dst.Addr(), RKey: dst.RKey()}))
+	}
+	wait(t, p.cqa, 8)
+	mb, err := p.pdb.AllocMR(16, LocalWrite)
+	must(t, err)
+	for range 4 {
+		must(t, p.qb.PostRecv(&RecvWR{SGL: []SGE{mb.SGE(0, 16)}}))
+		must(t, p.qa.PostSend(&SendWR{Opcode: WRSend, Flags: Signaled | Inline, InlineData: []byte("ping")}))
+		wait(t, p.cqb, 1)
+		wait(t, p.cqa, 1)
+	}
+	settled := func() (bool, string) {
+		a, b := p.a.Stats(), p.b.Stats()
+		got := fmt.Sprintf("a sent %d datagrams, %d bytes, %d GSO runs; b received %d, %d, %d runs; "+
+			"b sent %d, %d, %d runs; a received %d, %d, %d runs",
+			a.TxPackets, a.TxBytes, a.TxGSO, b.RxPackets, b.RxBytes, b.RxGRO,
+			b.TxPackets, b.TxBytes, b.TxGSO, a.RxPackets, a.RxBytes, a.RxGRO)
+		return a.TxPackets == b.RxPackets && a.TxBytes == b.RxBytes && a.TxGSO == b.RxGRO &&
+			b.TxPackets == a.RxPackets && b.TxBytes == a.RxBytes && b.TxGSO == a.RxGRO && a.TxGSO > 0, got
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		ok, got := settled()
+		if ok {
+			t.Log(got)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the counts never matched: %s", got)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
