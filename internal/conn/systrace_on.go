@@ -53,7 +53,11 @@ func systrace(kind sysKind, fd uintptr) {
 // SyscallProfile returns the medians of what was recorded since the last call, and forgets it. Call
 // it once the traffic has stopped. In a ping-pong, each side's round is: a recvmmsg that returns
 // the request, the program's work up to its sendmmsg (receive to send), the sendmmsg, the work up to
-// its next recvmmsg (send to read), which finds nothing, and a wait in the netpoller.
+// its next recvmmsg (send to read), which finds nothing, and a wait in the netpoller. Send to peer's
+// read runs from a sendmmsg's start to the start of the recvmmsg that returns it: the kernel's
+// delivery, the peer's wake-up and its way back to its read. Where the kernel runs the woken peer on
+// the sender's CPU (as on the guests goroce is measured on), the sender's work after its send is part
+// of it.
 func SyscallProfile() string {
 	n := min(sysNext.Swap(0), int64(len(sysEvents)))
 	ev := sysEvents[:n]
@@ -73,6 +77,16 @@ func SyscallProfile() string {
 			if f, ok := end(i); ok {
 				add(sysCallNames[f.kind], f.at-e.at)
 			}
+			if e.kind != sysSend {
+				break
+			}
+			// To the read that returns what it sent: the peer's wake-up and its way to the read.
+			for j := i + 1; j < len(ev); j++ {
+				if f, ok := end(j); ok && ev[j].kind == sysRecv && f.kind == sysRecvData {
+					add("send to peer's read", ev[j].at-e.at)
+					break
+				}
+			}
 		case sysRecvData: // the other side waits for this one's send
 			for j := i + 1; j < len(ev); j++ {
 				if ev[j].kind == sysSend {
@@ -90,7 +104,7 @@ func SyscallProfile() string {
 		}
 	}
 	var b strings.Builder
-	for _, k := range []string{"receive to send", "send to read", "sendmmsg", "recvmmsg with data", "recvmmsg finding none"} {
+	for _, k := range []string{"receive to send", "send to read", "send to peer's read", "sendmmsg", "recvmmsg with data", "recvmmsg finding none"} {
 		v := spans[k]
 		if len(v) == 0 {
 			continue

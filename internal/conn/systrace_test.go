@@ -10,8 +10,8 @@ import (
 )
 
 // TestSyscallProfile plays a raw ping-pong and checks what SyscallProfile counts: a sendmmsg and a
-// recvmmsg with data per datagram, a receive-to-send span for each datagram answered, and nothing
-// left over for the next call.
+// recvmmsg with data per datagram, a receive-to-send span for each datagram answered, a
+// send-to-peer's-read span for each datagram read, and nothing left over for the next call.
 func TestSyscallProfile(t *testing.T) {
 	a, b := udpPair(t, loop4, Options{})
 	SyscallProfile() // what came before
@@ -43,6 +43,9 @@ func TestSyscallProfile(t *testing.T) {
 	}
 	if counts["receive to send"] < rounds {
 		t.Errorf("receive to send: %d spans, want at least %d", counts["receive to send"], rounds)
+	}
+	if n := counts["send to peer's read"]; n < 2*rounds-1 || n > counts["sendmmsg"] {
+		t.Errorf("send to peer's read: %d spans, want one for each of the %d datagrams read", n, 2*rounds)
 	}
 	if p := SyscallProfile(); p != "" {
 		t.Errorf("a second call reported %q, want nothing", p)
