@@ -228,9 +228,12 @@ func Open(cfg Config) (*Device, error) {
 	dcfg := datapath.Config{
 		Network: network, Addr: local, OnEvent: d.onEvent, Shards: cfg.Shards, SourcePorts: cfg.SourcePorts,
 		GSO: datapath.GSOMode(cfg.GSO), NoGRO: cfg.NoGRO, RecvBuffer: cfg.RecvBuffer, MaxQPs: cfg.MaxQPs,
-		ICRC: datapath.ICRCMode(cfg.ICRC), Clock: clockAdapter{cfg.Clock}, RealClock: real,
+		ICRC: datapath.ICRCMode(cfg.ICRC), RealClock: real,
 		CNPInterval: cfg.CNPInterval, GSI: d.cm.handleMAD, BusyPoll: cfg.BusyPoll,
 	}
+	if !real {
+		dcfg.Clock = clockAdapter{cfg.Clock}
+	} // else the datapath's own, which reads the monotonic clock alone
 	if cfg.Tracer != nil {
 		dcfg.Tracer = tracerAdapter{cfg.Tracer}
 	}

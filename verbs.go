@@ -189,7 +189,7 @@ func (c *CQ) Poll(wc []Completion) int {
 	}
 	if t := c.dev.cfg.Tracer; t != nil {
 		for i := range n {
-			t.Completion(c.dev.clock.Now(), wc[i])
+			t.Completion(c.dev.dp.Now(), wc[i])
 		}
 	}
 	return n
@@ -480,7 +480,7 @@ func (q *QP) PostSend(wrs ...*SendWR) error {
 	if q.dev.closing.Load() {
 		return ErrClosed
 	}
-	now := q.dev.clock.Now()
+	now := q.dev.dp.Now()
 	for i, wr := range wrs {
 		var sgl [maxStackSGEs]mr.SGE
 		var ah qp.AddressHandle

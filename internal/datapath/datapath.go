@@ -45,6 +45,7 @@ import (
 
 	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/internal/conn"
+	"github.com/goroce/goroce/internal/monotime"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
 )
@@ -368,10 +369,10 @@ type Event struct {
 	CQ   *CQ
 }
 
-// realClock is the system's clock.
+// realClock is the system's clock, read from the monotonic clock alone (see monotime).
 type realClock struct{}
 
-func (realClock) Now() time.Time                 { return time.Now() }
+func (realClock) Now() time.Time                 { return monotime.Now() }
 func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
 
 type realTimer struct{ t *time.Timer }
