@@ -313,3 +313,65 @@ func TestPeerVanishes(t *testing.T) {
 		})
 	}
 }
+
+// TestShardsJoinOnFirstQP: a device's second receive socket joins its reuseport group, and the group
+// starts steering by QPN, only when a QP is placed on the second shard; until then the first socket
+// takes every datagram. Each pair of QPs must then find its packets on its own shard, whichever
+// joined when.
+func TestShardsJoinOnFirstQP(t *testing.T) {
+	a, b := testaddr.Pair()
+	da, err := Open(Config{Addr: a, Shards: 2})
+	must(t, err)
+	defer da.Close()
+	db, err := Open(Config{Addr: b, Shards: 2})
+	must(t, err)
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	run := func(p *testPair) {
+		t.Helper()
+		var wg sync.WaitGroup
+		var posted sync.WaitGroup
+		posted.Add(2)
+		errs := make(chan error, 2)
+		for _, side := range []struct {
+			q     *QP
+			cq    *CQ
+			first bool
+		}{{p.qa, p.cqa, true}, {p.qb, p.cqb, false}} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := pingPong(ctx, side.q, side.cq, &SendWR{Opcode: WRSend}, &RecvWR{}, 50, side.first, &posted); err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	shards := func(d *Device) uint64 { return d.dp.Stats().Shards }
+
+	first := &testPair{a: da, b: db}
+	first.connect(t, RC, ConnectOptions{})
+	run(first)
+	if sa, sb := shards(da), shards(db); sa != 1 || sb != 1 {
+		t.Fatalf("with one QP each, %d and %d shards took datagrams, want 1", sa, sb)
+	}
+	second := &testPair{a: da, b: db}
+	second.connect(t, RC, ConnectOptions{})
+	if sa, sb := shards(da), shards(db); sa != 2 || sb != 2 {
+		t.Fatalf("with two QPs each, %d and %d shards took datagrams, want 2", sa, sb)
+	}
+	run(first)
+	run(second)
+	for _, d := range []*Device{da, db} {
+		if s := d.dp.Stats(); s.RxOffShard != 0 || s.SteerFailed != 0 || s.ShardJoinFailed != 0 {
+			t.Errorf("%v: %d packets read off their QP's shard, steering failed %d, joins failed %d",
+				d.LocalAddr(), s.RxOffShard, s.SteerFailed, s.ShardJoinFailed)
+		}
+	}
+}

@@ -141,6 +141,17 @@ type Poller interface {
 	PollBatch(msgs []Message) (int, error)
 }
 
+// A Joiner is a Conn of a ListenShards group that receives nothing until it joins the group
+// (Options.JoinLazily). Conns of groups that join at once need not implement it.
+type Joiner interface {
+	// Join makes the Conn take the datagrams the group's steering sends it. Conns join in index
+	// order. Joining twice does nothing.
+	Join() error
+	// Joined reports whether the Conn takes its datagrams: it joined, or was in its group from
+	// the start.
+	Joined() bool
+}
+
 // Network opens Conns: the host's UDP stack (UDP) or an in-memory network (MemNetwork).
 type Network interface {
 	// Listen binds a Conn to addr; port 0 picks a free port.
@@ -149,7 +160,8 @@ type Network interface {
 	// each RoCEv2 datagram goes to the Conn at index (BTH destination QPN mod n), so that the
 	// packets of a queue pair always reach the same Conn. Where the network cannot steer by QPN it
 	// spreads by a hash of the source instead, which keeps each flow on one Conn. The address must
-	// be free: a group never silently shares it with another process.
+	// be free: a group never silently shares it with another process. With Options.JoinLazily the
+	// Conns after the first receive nothing until they join (Joiner).
 	ListenShards(addr netip.AddrPort, n int, opts Options) ([]Conn, error)
 }
 

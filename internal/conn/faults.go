@@ -63,7 +63,9 @@ func (w wrapped) Listen(addr netip.AddrPort, opts Options) (Conn, error) {
 	return w.wrap(c), nil
 }
 
+// ListenShards joins every Conn of the group at once: a wrapper would hide Joiner.
 func (w wrapped) ListenShards(addr netip.AddrPort, k int, opts Options) ([]Conn, error) {
+	opts.JoinLazily = false
 	cs, err := w.n.ListenShards(addr, k, opts)
 	for i := range cs {
 		cs[i] = w.wrap(cs[i])

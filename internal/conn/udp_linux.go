@@ -48,6 +48,8 @@ type UDPConn struct {
 	closed    atomic.Bool
 	sendOnly  bool // out of the netpoller: see Options.SendOnly
 	stats     counters
+	group     *shardGroup // for a socket ListenShards left out of its group until Join; else nil
+	joined    bool        // Join bound it; guarded by group.mu
 
 	rmu    sync.Mutex // guards the fields below, the receive side
 	rhdr   []unix.Mmsghdr
@@ -107,7 +109,9 @@ func (udpNetwork) Listen(addr netip.AddrPort, opts Options) (Conn, error) { retu
 // to the group that picks the socket at index QPN mod n (see steerProgram). A datagram reaches the
 // program with the UDP header pulled (net/core/sock_reuseport.c, run_bpf_filter), so offsets count
 // from the UDP payload, where the BTH starts. Where the kernel refuses the program the group keeps
-// the kernel's hash of the 4-tuple.
+// the kernel's hash of the 4-tuple. With Options.JoinLazily only the first socket is bound; the
+// others are opened unbound and bind when joined (UDPConn.Join), the program attached just before the
+// second does: until then the kernel runs no program for the group's datagrams.
 func (udpNetwork) ListenShards(addr netip.AddrPort, n int, opts Options) ([]Conn, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("conn: listen %v: %d shards", addr, n)
@@ -146,22 +150,134 @@ func listenGroup(addr netip.AddrPort, n int, opts Options) ([]Conn, error) {
 		}
 		return nil, err
 	}
-	for range n {
-		c, err := listenUDP(addr, opts, true)
+	c0, err := listenUDP(addr, opts, true)
+	if err != nil {
+		return fail(err)
+	}
+	conns = append(conns, c0)
+	g := &shardGroup{leader: c0, n: n}
+	for i := 1; i < n; i++ {
+		var c *UDPConn
+		if opts.JoinLazily {
+			c, err = dormantUDP(c0.local, opts)
+			if err == nil {
+				c.group = g
+			}
+		} else {
+			c, err = listenUDP(addr, opts, true)
+		}
 		if err != nil {
 			return fail(err)
 		}
 		conns = append(conns, c)
 	}
-	c0 := conns[0].(*UDPConn)
+	if !opts.JoinLazily {
+		g.steer()
+	}
+	return conns, nil
+}
+
+// shardGroup is a reuseport group whose sockets after the first join when the caller asks
+// (Options.JoinLazily, Joiner).
+type shardGroup struct {
+	leader  *UDPConn // conns[0], bound from the start
+	n       int      // the sockets the group will have: the steering program's modulus
+	mu      sync.Mutex
+	steered bool // the steering program is attached (or the kernel refused it: see Stats.SteerFailed)
+}
+
+// steer attaches the steering program to the group, once. The caller holds g.mu, or has the group
+// to itself.
+func (g *shardGroup) steer() {
+	if g.steered {
+		return
+	}
+	g.steered = true
 	var serr error
-	if err := c0.raw.Control(func(fd uintptr) { serr = attachSteering(int(fd), n) }); err != nil {
+	if err := g.leader.raw.Control(func(fd uintptr) { serr = attachSteering(int(fd), g.n) }); err != nil {
 		serr = err
 	}
 	if serr != nil {
-		c0.stats.steerFailed.Store(1)
+		g.leader.stats.steerFailed.Store(1)
 	}
-	return conns, nil
+}
+
+// dormantUDP opens a socket configured as listenUDP would for a reuseport group at addr, but
+// unbound: it receives nothing until Join binds it, and waits in the netpoller meanwhile.
+func dormantUDP(addr netip.AddrPort, opts Options) (*UDPConn, error) {
+	v6 := addr.Addr().Is6() && !addr.Addr().Is4In6()
+	family := unix.AF_INET
+	if v6 {
+		family = unix.AF_INET6
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return nil, fmt.Errorf("conn: listen %v: %w", addr, os.NewSyscallError("socket", err))
+	}
+	c := &UDPConn{local: addr, v6: v6, batch: opts.batchSize(), alwaysTOS: opts.AlwaysTOS}
+	err = os.NewSyscallError("setsockopt SO_REUSEPORT", unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1))
+	if err == nil && v6 {
+		err = os.NewSyscallError("setsockopt IPV6_V6ONLY", unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1))
+	}
+	if err == nil {
+		err = c.configure(fd, opts)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("conn: listen %v: %w", addr, err)
+	}
+	c.alloc()
+	c.file = os.NewFile(uintptr(fd), "goroce-udp") // non-blocking: the netpoller takes it
+	if c.raw, err = c.file.SyscallConn(); err != nil {
+		c.file.Close()
+		return nil, fmt.Errorf("conn: listen %v: %w", addr, err)
+	}
+	return c, nil
+}
+
+// Join binds a socket that ListenShards left out of its group (Options.JoinLazily), so that it
+// takes its share of the group's datagrams; the group's steering program is attached first, when
+// the group gains its second socket. It does nothing for a socket already in its group. See Joiner.
+func (c *UDPConn) Join() error {
+	g := c.group
+	if g == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c.joined {
+		return nil
+	}
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	g.steer()
+	var sa unix.Sockaddr
+	if a := c.local.Addr(); c.v6 {
+		sa = &unix.SockaddrInet6{Port: int(c.local.Port()), Addr: a.As16(), ZoneId: scopeID(a.Zone())}
+	} else {
+		sa = &unix.SockaddrInet4{Port: int(c.local.Port()), Addr: a.Unmap().As4()}
+	}
+	var berr error
+	if err := c.raw.Control(func(fd uintptr) { berr = unix.Bind(int(fd), sa) }); err != nil {
+		return err
+	}
+	if berr != nil {
+		return fmt.Errorf("conn: joining %v: %w", c.local, os.NewSyscallError("bind", berr))
+	}
+	c.joined = true
+	return nil
+}
+
+// Joined reports whether the socket is in its group: see Joiner.
+func (c *UDPConn) Joined() bool {
+	g := c.group
+	if g == nil {
+		return true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return c.joined
 }
 
 // steerProgram is the classic BPF program of a reuseport group of n sockets: load the BTH's second

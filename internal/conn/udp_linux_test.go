@@ -465,3 +465,74 @@ func TestGatherUnmapped(t *testing.T) {
 		t.Errorf("stats %+v, want 1 of 2 datagrams dropped", s)
 	}
 }
+
+// TestListenShardsJoinLazily: with Options.JoinLazily the first socket of a group takes every
+// datagram, with no steering program attached, until the second joins; from then on the group steers
+// by QPN mod n as ListenShards does.
+func TestListenShardsJoinLazily(t *testing.T) {
+	for _, a := range []string{"127.0.0.1:47913", "[::1]:47913"} {
+		t.Run(a, func(t *testing.T) { testJoinLazily(t, netip.MustParseAddrPort(a)) })
+	}
+}
+
+func testJoinLazily(t *testing.T, addr netip.AddrPort) {
+	g, err := UDP.ListenShards(addr, 2, Options{JoinLazily: true})
+	if err != nil {
+		if addr.Addr().Is6() {
+			t.Skipf("IPv6 loopback unavailable: %v", err)
+		}
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range g {
+			c.Close()
+		}
+	}()
+	second, ok := g[1].(Joiner)
+	if !ok {
+		t.Fatalf("%T does not join lazily", g[1])
+	}
+	group := g[1].(*UDPConn).group
+	tx, err := UDP.Listen(netip.AddrPortFrom(addr.Addr(), 0), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	send := func() {
+		t.Helper()
+		var msgs []Message
+		for q := uint32(0x100); q < 0x104; q++ {
+			msgs = append(msgs, Message{Buf: bthTo(q), Addr: addr})
+		}
+		if _, err := tx.WriteBatch(msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	send()
+	readN(t, g[0], 4, 64)
+	if n, _ := g[1].(Poller).PollBatch(make([]Message, 1)); n != 0 {
+		t.Errorf("the socket that has not joined read %d datagrams", n)
+	}
+	if group.steered {
+		t.Error("the steering program was attached to a group of one")
+	}
+
+	if err := second.Join(); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Join(); err != nil {
+		t.Fatalf("joining again: %v", err)
+	}
+	if st, _ := StatsOf(g[0]); !group.steered || st.SteerFailed != 0 {
+		t.Fatalf("after the join: steered %v, SteerFailed %d", group.steered, st.SteerFailed)
+	}
+	send()
+	for i, c := range g {
+		for _, m := range readN(t, c, 2, 64) {
+			if s := ShardOf(m.Buf[:m.N], 2); s != i {
+				t.Errorf("datagram to QPN %#x read by member %d, want %d", m.Buf[7], i, s)
+			}
+		}
+	}
+}

@@ -18,6 +18,7 @@ type counters struct {
 	rxMADs, txMADs, dropGSI                                 atomic.Uint64
 	drains, deadlineArms, deadlineWakes, staleWakes, yields atomic.Uint64
 	busyPolls, busyPollMisses                               atomic.Uint64
+	joinFailed                                              atomic.Uint64
 }
 
 // Stats are the datapath's counters.
@@ -38,6 +39,8 @@ type Stats struct {
 	RxGRO                                  uint64 // coalesced runs received
 	RxOffShard                             uint64 // packets a shard read for a QP of another shard
 	SteerFailed                            uint64 // 1 if the kernel refused to steer by QPN
+	Shards                                 uint64 // receive sockets taking datagrams: the first, and each other from its shard's first QP on (Datapath.join)
+	ShardJoinFailed                        uint64 // shards whose socket could not join the group; their QPs went to the first shard
 	DrivenWaits                            uint64 // CQ waits that drove their shard
 	ParkedWaits                            uint64 // CQ waits that parked until a driver notified them
 	Handovers                              uint64 // waits that had to interrupt another driver first
@@ -63,7 +66,7 @@ func (d *Datapath) Stats() Stats {
 		DropWrongPeer: c.dropWrongPeer.Load(), DropNotReady: c.dropNotReady.Load(), DropTruncated: c.dropTruncated.Load(), DropNoRoute: c.dropNoRoute.Load(),
 		RxErrors: c.rxErrors.Load(), CERcvd: c.ceRcvd.Load(), CNPSent: c.cnpSent.Load(),
 		TxGSO: c.txGSO.Load(), GSOFallback: c.gsoFallback.Load(), RxGRO: c.rxGRO.Load(), RxOffShard: c.rxOffShard.Load(),
-		SteerFailed: c.steerFailed.Load(), DrivenWaits: c.drivenWaits.Load(), ParkedWaits: c.parkedWaits.Load(),
+		SteerFailed: c.steerFailed.Load(), ShardJoinFailed: c.joinFailed.Load(), DrivenWaits: c.drivenWaits.Load(), ParkedWaits: c.parkedWaits.Load(),
 		Handovers: c.handovers.Load(), RxMADs: c.rxMADs.Load(), TxMADs: c.txMADs.Load(), DropGSI: c.dropGSI.Load(), TimerDrains: c.drains.Load(),
 		DeadlineArms: c.deadlineArms.Load(), DeadlineWakes: c.deadlineWakes.Load(), StaleWakes: c.staleWakes.Load(), Yields: c.yields.Load(),
 		BusyPolls: c.busyPolls.Load(), BusyPollMisses: c.busyPollMisses.Load(),
@@ -74,6 +77,11 @@ func (d *Datapath) Stats() Stats {
 		}
 	}
 	d.mu.Lock()
+	for _, sh := range d.shards {
+		if sh.joined {
+			s.Shards++
+		}
+	}
 	for _, p := range d.ports {
 		if p != nil {
 			if cs, ok := conn.StatsOf(p.conn); ok {

@@ -64,6 +64,7 @@ type shard struct {
 	armed       atomic.Int64 // the read deadline armed, unix nanoseconds; 0 when none is known
 	staleSlack  atomic.Int64 // nanoseconds added to distant deadlines while deadline wakes find nothing due (see arm); written by the driver
 	nready      atomic.Int32 // len(ready)
+	joined      bool         // its socket takes its datagrams (Datapath.join); guarded by d.mu
 
 	// Owned by the driver.
 	waitCQ        *CQ // the CQ of the waiter that drives, if a waiter does
