@@ -234,8 +234,9 @@ func Open(cfg Config) (*Device, error) {
 		CNPInterval: cfg.CNPInterval, GSI: d.cm.handleMAD, BusyPoll: cfg.BusyPoll,
 	}
 	if !real {
+		// On the real clock the datapath keeps its own, which reads the monotonic clock alone.
 		dcfg.Clock = clockAdapter{cfg.Clock}
-	} // else the datapath's own, which reads the monotonic clock alone
+	}
 	if cfg.Tracer != nil {
 		dcfg.Tracer = tracerAdapter{cfg.Tracer}
 	}
