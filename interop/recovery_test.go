@@ -47,7 +47,7 @@ var pingpongRate = regexp.MustCompile(`(?m)^\d+ bytes in [\d.]+ seconds = ([\d.]
 // retransmission) must not cost much more than what it does when its own are.
 //
 // Each direction runs twice, the directions interleaved, and keeps its better rate: one run of 30
-// exchanges under TCG is noisy. Single runs gave ratios of 1.0 to 2.8 in twelve pairs on two builds,
+// exchanges under TCG is noisy. Single runs gave ratios of 1.0 to 2.8 in eleven pairs on two builds,
 // and once 4.07 (11.40 against 46.39 Mbit/s), past the bound.
 func TestLossRecoveryBothWays(t *testing.T) {
 	_, gs := lab.Start(t, 1)
