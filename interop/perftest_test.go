@@ -310,14 +310,19 @@ func runPerftest(t testing.TB, run func(attempt int) perftestRun) perftestRun {
 	}
 }
 
-// calibrationFailed reports whether perftest quit before its report because it could not measure its
-// cycle counter: get_cpu_mhz (perftest's src/get_clock.c) fits a line to timed samples and returns 0
-// when r^2 < 0.9, and the tool then prints "Can't produce a report". Under TCG on a busy host the
+// calibrationFailed reports whether perftest could not measure its cycle counter, and so gave no
+// figures: get_cpu_mhz (perftest's src/get_clock.c) fits a line to timed samples and returns 0 when
+// r^2 < 0.9. A bandwidth tool then prints "Can't produce a report"; a latency tool prints its report
+// with every time "inf" (ib_write_lat's server did, in CI on 04ae343). Under TCG on a busy host the
 // guest's samples scatter, so this happens now and then; it says nothing about either transport,
 // whose traffic has by then completed.
 func calibrationFailed(out string) bool {
-	return strings.Contains(out, "Correlation coefficient r^2") && strings.Contains(out, "Can't produce a report")
+	return strings.Contains(out, "Correlation coefficient r^2") &&
+		(strings.Contains(out, "Can't produce a report") || perftestInfResult.MatchString(out))
 }
+
+// perftestInfResult is a latency report line whose times are all "inf": see calibrationFailed.
+var perftestInfResult = regexp.MustCompile(`(?m)^ \d+\s+\d+\s+inf\s`)
 
 // perftestGoroceClient runs ib_<test> as the server in guest g and goroce perf as its client.
 func perftestGoroceClient(g *lab.Guest, c perftestCase, port int) perftestRun {
@@ -410,4 +415,23 @@ func perftestRDMACMClient(g *lab.Guest, c perftestCase, port int) perftestRun {
 	cout, cerr := lab.NSCommand(ctx, goroceBin, append(c.goroceArgs(port), g.IP.String())...).CombinedOutput()
 	s := <-srv
 	return perftestRun{goroceOut: string(cout), goroceErr: cerr, toolOut: s.out, toolErr: s.err}
+}
+
+// TestCalibrationFailed: both ways perftest reports a failed clock calibration are recognized, and a
+// report with figures is not.
+func TestCalibrationFailed(t *testing.T) {
+	const warn = "Correlation coefficient r^2: 0.829679 < 0.9\n"
+	for _, tc := range []struct {
+		out  string
+		want bool
+	}{
+		{warn + "Can't produce a report\n", true},
+		{warn + " 64      50          inf            inf          inf      \t       inf         \t-nan   \t\tinf     \t\tinf    \n", true},
+		{" 64      50          105.35         12402.59      1725.44  \t       1966.68     \t2005.46\t\t12402.59 \t\t12402.59\n", false},
+		{warn + " 64      50          105.35         12402.59      1725.44  \t       1966.68     \t2005.46\t\t12402.59 \t\t12402.59\n", false},
+	} {
+		if got := calibrationFailed(tc.out); got != tc.want {
+			t.Errorf("calibrationFailed(%q) = %v, want %v", tc.out, got, tc.want)
+		}
+	}
 }
