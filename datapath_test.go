@@ -319,39 +319,12 @@ func TestPeerVanishes(t *testing.T) {
 // takes every datagram. Each pair of QPs must then find its packets on its own shard, whichever
 // joined when.
 func TestShardsJoinOnFirstQP(t *testing.T) {
-	a, b := testaddr.Pair()
-	da, err := Open(Config{Addr: a, Shards: 2})
-	must(t, err)
-	defer da.Close()
-	db, err := Open(Config{Addr: b, Shards: 2})
-	must(t, err)
-	defer db.Close()
+	da, db := openDevices(t, Config{Shards: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	run := func(p *testPair) {
 		t.Helper()
-		var wg sync.WaitGroup
-		var posted sync.WaitGroup
-		posted.Add(2)
-		errs := make(chan error, 2)
-		for _, side := range []struct {
-			q     *QP
-			cq    *CQ
-			first bool
-		}{{p.qa, p.cqa, true}, {p.qb, p.cqb, false}} {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := pingPong(ctx, side.q, side.cq, &SendWR{Opcode: WRSend}, &RecvWR{}, 50, side.first, &posted); err != nil {
-					errs <- err
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
+		must(t, pingPongPair(ctx, p, 0, 50))
 	}
 	shards := func(d *Device) uint64 { return d.dp.Stats().Shards }
 

@@ -2,6 +2,7 @@ package goroce
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -26,27 +27,8 @@ func TestPingPongKeepsDeadline(t *testing.T) {
 	p := newPair(t, nil, RC, ConnectOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	errs := make(chan error, 2)
-	var wg, posted sync.WaitGroup
-	posted.Add(2)
-	loop := func(pd *PD, q *QP, cq *CQ, first bool) {
-		defer wg.Done()
-		m, err := pd.AllocMR(16, LocalWrite)
-		if err != nil {
-			posted.Done()
-			errs <- err
-			return
-		}
-		send := &SendWR{Opcode: WRSend, Flags: Signaled | Inline, InlineData: make([]byte, 16)}
-		if err := pingPong(ctx, q, cq, send, &RecvWR{SGL: []SGE{m.SGE(0, 16)}}, rounds, first, &posted); err != nil {
-			errs <- err
-		}
-	}
 	start := time.Now()
-	wg.Add(2)
-	go loop(p.pda, p.qa, p.cqa, true)
-	go loop(p.pdb, p.qb, p.cqb, false)
-	wg.Wait()
+	err := pingPongPair(ctx, p, Signaled, rounds)
 	elapsed := time.Since(start)
 	// A deadline at most once a probe timeout (1 ms), with room for one more each: twice a millisecond.
 	limit := uint64(2*elapsed/time.Millisecond) + 20
@@ -56,10 +38,7 @@ func TestPingPongKeepsDeadline(t *testing.T) {
 	// 170 and 2160 to 2220. A probe that really fires (a round trip held up past it on a loaded machine)
 	// sets the slack back to 0 for a few wakes, hence the room.
 	wakeLimit := uint64(elapsed/(2500*time.Microsecond)) + 20
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, d := range []*Device{p.a, p.b} {
 		s := d.dp.Stats()
 		t.Logf("%v: %d read deadlines armed, %d reads ended by one (%d with nothing due), %d GSO writes, for %d round trips in %v",
@@ -71,6 +50,28 @@ func TestPingPongKeepsDeadline(t *testing.T) {
 			t.Errorf("%v: %d reads ended by their deadline in %v (at most %d)", d.dp.LocalAddr(), s.DeadlineWakes, elapsed, wakeLimit)
 		}
 	}
+}
+
+// pingPongPair plays both sides of a SEND ping-pong on p (pingPong), a's first, each answering with
+// a 16-byte inline SEND with flags (Inline and these) into 16-byte receives of a region of its own, and
+// returns the first side's error, if any.
+func pingPongPair(ctx context.Context, p *testPair, flags SendFlags, rounds int) error {
+	errs := make(chan error, 2)
+	var posted sync.WaitGroup
+	posted.Add(2)
+	side := func(pd *PD, q *QP, cq *CQ, first bool) {
+		m, err := pd.AllocMR(16, LocalWrite)
+		if err != nil {
+			posted.Done()
+			errs <- err
+			return
+		}
+		send := &SendWR{Opcode: WRSend, Flags: flags | Inline, InlineData: make([]byte, 16)}
+		errs <- pingPong(ctx, q, cq, send, &RecvWR{SGL: []SGE{m.SGE(0, 16)}}, rounds, first, &posted)
+	}
+	go side(p.pda, p.qa, p.cqa, true)
+	go side(p.pdb, p.qb, p.cqb, false)
+	return errors.Join(<-errs, <-errs)
 }
 
 // pingPong plays one side of a SEND ping-pong on q, waiting on cq: it keeps four receives posted, and
@@ -214,29 +215,8 @@ func TestPingPongClockReads(t *testing.T) {
 		p := newPairConfig(t, Config{Clock: clock}, RC, ConnectOptions{})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		errs := make(chan error, 2)
-		var wg, posted sync.WaitGroup
-		posted.Add(2)
-		loop := func(pd *PD, q *QP, cq *CQ, first bool) {
-			defer wg.Done()
-			m, err := pd.AllocMR(16, LocalWrite)
-			if err != nil {
-				posted.Done()
-				errs <- err
-				return
-			}
-			send := &SendWR{Opcode: WRSend, Flags: Inline, InlineData: make([]byte, 16)}
-			errs <- pingPong(ctx, q, cq, send, &RecvWR{SGL: []SGE{m.SGE(0, 16)}}, rounds, first, &posted)
-		}
 		before := clock.reads.Load()
-		wg.Add(2)
-		go loop(p.pda, p.qa, p.cqa, true)
-		go loop(p.pdb, p.qb, p.cqb, false)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			must(t, err)
-		}
+		must(t, pingPongPair(ctx, p, 0, rounds))
 		return float64(clock.reads.Load()-before) / rounds
 	}
 	best := math.Inf(1)
