@@ -60,28 +60,24 @@ func (s *shard) receive(n int, now time.Time) {
 
 // receivePacket handles one datagram. idGuess is its index in a GRO run: the IPv4 identification a
 // goroce sender sealed it with.
+//
+// What only a dropped or traced packet needs is out of line (drop, trace): a packet's way through
+// here then spans a few cache lines of code, which a round trip reads again after every system call.
 func (s *shard) receivePacket(b []byte, from netip.AddrPort, to netip.Addr, tos uint8, idGuess uint16, now time.Time) {
 	d := s.d
 	r := &s.rx
-	local := netip.AddrPortFrom(to, d.local.Port())
-	drop := func(c *atomic.Uint64, why Drop, pkt wire.Packet, id uint16) {
-		c.Add(1)
-		if t := d.cfg.Tracer; t != nil {
-			r.trace = TraceRecord{At: now, From: from, To: local, TOS: tos, IPID: id, Bytes: b, Packet: pkt, Drop: why}
-			t.TracePacket(&r.trace)
-		}
-	}
 	pkt, err := wire.Parse(b)
 	if errors.Is(err, wire.ErrBadOpcode) {
 		pkt, err = wire.ParseReserved(b) // an RC request the responder NAKs
 	}
 	if err != nil {
-		drop(&d.stats.dropMalformed, DropMalformed, wire.Packet{}, idGuess)
+		s.drop(&d.stats.dropMalformed, DropMalformed, rxMeta{b, from, to, tos, idGuess, now}, wire.Packet{})
 		return
 	}
+	local := netip.AddrPortFrom(to, d.local.Port())
 	id, ok := r.v.verify(d.cfg.ICRC, from, local, pkt, idGuess)
 	if !ok {
-		drop(&d.stats.dropICRC, DropICRC, pkt, idGuess)
+		s.drop(&d.stats.dropICRC, DropICRC, rxMeta{b, from, to, tos, idGuess, now}, pkt)
 		return
 	}
 	if d.cfg.GSI != nil && pkt.BTH().DestQP() == wire.QPNGSI {
@@ -90,27 +86,26 @@ func (s *shard) receivePacket(b []byte, from netip.AddrPort, to netip.Addr, tos 
 	}
 	q := s.lookup(pkt.BTH().DestQP())
 	if q == nil {
-		drop(&d.stats.dropUnknownQPN, DropUnknownQPN, pkt, id)
+		s.drop(&d.stats.dropUnknownQPN, DropUnknownQPN, rxMeta{b, from, to, tos, id, now}, pkt)
 		return
 	}
 	// RC and UC QPs take packets only from their peer, as rxe does. IBTA Annex A17.4.5.
 	if q.typ != qp.UD {
 		p := q.peer.Load()
 		if p == nil {
-			drop(&d.stats.dropNotReady, DropNotReady, pkt, id)
+			s.drop(&d.stats.dropNotReady, DropNotReady, rxMeta{b, from, to, tos, id, now}, pkt)
 			return
 		}
 		if p.Addr().WithZone("") != from.Addr().Unmap().WithZone("") {
-			drop(&d.stats.dropWrongPeer, DropWrongPeer, pkt, id)
+			s.drop(&d.stats.dropWrongPeer, DropWrongPeer, rxMeta{b, from, to, tos, id, now}, pkt)
 			return
 		}
 	}
 	if q.shard != s {
 		d.stats.rxOffShard.Add(1)
 	}
-	if t := d.cfg.Tracer; t != nil {
-		r.trace = TraceRecord{At: now, From: from, To: local, TOS: tos, IPID: id, Bytes: b, Packet: pkt}
-		t.TracePacket(&r.trace)
+	if d.cfg.Tracer != nil {
+		s.trace(rxMeta{b, from, to, tos, id, now}, pkt, "")
 	}
 	q.deliver(pkt, from, to, tos, &r.info, now)
 	if k := len(r.touched); k == 0 || r.touched[k-1] != q {
@@ -121,6 +116,40 @@ func (s *shard) receivePacket(b []byte, from netip.AddrPort, to netip.Addr, tos 
 		}
 		r.touched = append(r.touched, q)
 	}
+}
+
+// rxMeta is what the datapath knows of a received datagram besides its bytes parsed: for drop and
+// trace.
+type rxMeta struct {
+	b    []byte
+	from netip.AddrPort
+	to   netip.Addr
+	tos  uint8
+	id   uint16
+	now  time.Time
+}
+
+// drop counts a received packet the datapath drops, in c, and traces it.
+//
+//go:noinline
+func (s *shard) drop(c *atomic.Uint64, why Drop, m rxMeta, pkt wire.Packet) {
+	c.Add(1)
+	if s.d.cfg.Tracer != nil {
+		s.trace(m, pkt, why)
+	}
+}
+
+// trace hands a received packet to the Tracer: taken, or dropped for why.
+//
+//go:noinline
+func (s *shard) trace(m rxMeta, pkt wire.Packet, why Drop) {
+	t := s.d.cfg.Tracer
+	if t == nil {
+		return
+	}
+	s.rx.trace = TraceRecord{At: m.now, From: m.from, To: netip.AddrPortFrom(m.to, s.d.local.Port()), TOS: m.tos,
+		IPID: m.id, Bytes: m.b, Packet: pkt, Drop: why}
+	t.TracePacket(&s.rx.trace)
 }
 
 // lookup returns the QP numbered n, or nil. The QP the shard last found is checked first: a shard's

@@ -149,12 +149,8 @@ func (p *port) pump(q *QP, tb *txBatch, now time.Time) (file time.Time) {
 		if gather {
 			tb.msgs[len(tb.msgs)-1].Pieces = tb.pieces[tb.first:]
 		}
-		if t := d.cfg.Tracer; t != nil {
-			if pp, err := wire.Parse(pkt); err == nil {
-				tb.trace = TraceRecord{Sent: true, At: now, From: src, To: dst,
-					TOS: q.trafficClass(tx), IPID: id, Bytes: pkt, Packet: pp, Resend: tx.Resend}
-				t.TracePacket(&tb.trace)
-			}
+		if d.cfg.Tracer != nil {
+			tb.tracePacket(d.cfg.Tracer, pkt, src, dst, q.trafficClass(tx), id, tx.Resend, now)
 		}
 	}
 	next := q.eng.NextDeadline()
@@ -163,6 +159,17 @@ func (p *port) pump(q *QP, tb *txBatch, now time.Time) (file time.Time) {
 	}
 	q.mu.Unlock()
 	return file
+}
+
+// tracePacket hands a packet just built, whole (a traced batch does not gather), to t. It is out of
+// line, as pump's other cold paths are, so that an untraced packet's way through pump stays short.
+//
+//go:noinline
+func (tb *txBatch) tracePacket(t Tracer, pkt []byte, src, dst netip.AddrPort, tos uint8, id uint16, resend qp.Resend, now time.Time) {
+	if pp, err := wire.Parse(pkt); err == nil {
+		tb.trace = TraceRecord{Sent: true, At: now, From: src, To: dst, TOS: tos, IPID: id, Bytes: pkt, Packet: pp, Resend: resend}
+		t.TracePacket(&tb.trace)
+	}
 }
 
 // place decides which message a packet of n bytes, just appended to the arena at pkt (its headers
@@ -221,32 +228,11 @@ func (p *port) flush(tb *txBatch) {
 			d.stats.txGSO.Add(1)
 		}
 	}
-	src := netip.AddrPortFrom(d.local.Addr(), p.num)
 	for sent := 0; sent < len(msgs); {
 		n, err := p.conn.WriteBatch(msgs[sent:])
 		sent += n
 		if errors.Is(err, conn.ErrGSO) && sent < len(msgs) {
-			d.stats.gsoFallback.Add(1)
-			d.gso.fellBack.Store(true)
-			tb.split = tb.split[:0]
-			m := &msgs[sent]
-			if m.Pieces != nil {
-				tb.flat = m.Flatten(tb.flat[:0])
-				m.Buf, m.Pieces = tb.flat, nil
-			}
-			m.N = len(m.Buf)
-			m.Segments(func(seg []byte) {
-				seal(seg, src, m.Addr, 0)
-				tb.split = append(tb.split, conn.Message{Buf: seg, Addr: m.Addr, TOS: m.TOS})
-			})
-			for k := 0; k < len(tb.split); {
-				w, err := p.conn.WriteBatch(tb.split[k:])
-				if err != nil || w == 0 {
-					break // the socket is closing
-				}
-				k += w
-			}
-			clear(tb.split)
+			p.resendSplit(tb, &msgs[sent])
 			sent++
 			continue
 		}
@@ -255,6 +241,35 @@ func (p *port) flush(tb *txBatch) {
 		}
 	}
 	tb.reset()
+}
+
+// resendSplit sends m, a GSO message the socket refused, again as single datagrams, each sealed
+// again with identification 0, and notes that GSO fell back. The caller holds p.mu.
+//
+//go:noinline
+func (p *port) resendSplit(tb *txBatch, m *conn.Message) {
+	d := p.d
+	d.stats.gsoFallback.Add(1)
+	d.gso.fellBack.Store(true)
+	src := netip.AddrPortFrom(d.local.Addr(), p.num)
+	tb.split = tb.split[:0]
+	if m.Pieces != nil {
+		tb.flat = m.Flatten(tb.flat[:0])
+		m.Buf, m.Pieces = tb.flat, nil
+	}
+	m.N = len(m.Buf)
+	m.Segments(func(seg []byte) {
+		seal(seg, src, m.Addr, 0)
+		tb.split = append(tb.split, conn.Message{Buf: seg, Addr: m.Addr, TOS: m.TOS})
+	})
+	for k := 0; k < len(tb.split); {
+		w, err := p.conn.WriteBatch(tb.split[k:])
+		if err != nil || w == 0 {
+			break // the socket is closing
+		}
+		k += w
+	}
+	clear(tb.split)
 }
 
 // reset empties tb for reuse.
