@@ -150,12 +150,15 @@ func listenGroup(addr netip.AddrPort, n int, opts Options) ([]Conn, error) {
 		}
 		return nil, err
 	}
-	c0, err := listenUDP(addr, opts, true)
+	// A lazy group's first socket binds without SO_REUSEPORT, which it takes when the second joins
+	// (Join): a socket bound with it pays the kernel's reuseport selection for every datagram, group
+	// of one or not.
+	c0, err := listenUDP(addr, opts, !opts.JoinLazily)
 	if err != nil {
 		return fail(err)
 	}
 	conns = append(conns, c0)
-	g := &shardGroup{leader: c0, n: n}
+	g := &shardGroup{leader: c0, n: n, formed: !opts.JoinLazily}
 	for i := 1; i < n; i++ {
 		var c *UDPConn
 		if opts.JoinLazily {
@@ -183,7 +186,29 @@ type shardGroup struct {
 	leader  *UDPConn // conns[0], bound from the start
 	n       int      // the sockets the group will have: the steering program's modulus
 	mu      sync.Mutex
+	formed  bool // the leader has SO_REUSEPORT: set when the second socket joins a lazy group
 	steered bool // the steering program is attached (or the kernel refused it: see Stats.SteerFailed)
+}
+
+// form gives a lazy group's leader SO_REUSEPORT, once, so that the next socket can bind next to it.
+// The kernel makes the group when that socket binds: it finds the leader bound with the option set
+// and gives it a group of its own first (net/core/sock_reuseport.c, reuseport_add_sock). The caller
+// holds g.mu.
+func (g *shardGroup) form() error {
+	if g.formed {
+		return nil
+	}
+	var serr error
+	if err := g.leader.raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return os.NewSyscallError("setsockopt SO_REUSEPORT", serr)
+	}
+	g.formed = true
+	return nil
 }
 
 // steer attaches the steering program to the group, once. The caller holds g.mu, or has the group
@@ -251,7 +276,15 @@ func (c *UDPConn) Join() error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
-	g.steer()
+	// The steering program goes on the group before a second socket binds, so that no datagram is
+	// steered by hash meanwhile; a leader bound without SO_REUSEPORT has no group to put it on until
+	// then, and it goes on right after.
+	formed := g.formed
+	if formed {
+		g.steer()
+	} else if err := g.form(); err != nil {
+		return fmt.Errorf("conn: joining %v: %w", c.local, err)
+	}
 	var sa unix.Sockaddr
 	if a := c.local.Addr(); c.v6 {
 		sa = &unix.SockaddrInet6{Port: int(c.local.Port()), Addr: a.As16(), ZoneId: scopeID(a.Zone())}
@@ -264,6 +297,9 @@ func (c *UDPConn) Join() error {
 	}
 	if berr != nil {
 		return fmt.Errorf("conn: joining %v: %w", c.local, os.NewSyscallError("bind", berr))
+	}
+	if !formed {
+		g.steer()
 	}
 	c.joined = true
 	return nil

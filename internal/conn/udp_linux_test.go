@@ -522,6 +522,9 @@ func testJoinLazily(t *testing.T, addr netip.AddrPort) {
 	if group.steered {
 		t.Error("the steering program was attached to a group of one")
 	}
+	if reusePort(t, g[0]) {
+		t.Error("the group's only socket has SO_REUSEPORT: the kernel runs its group selection for every datagram")
+	}
 
 	if err := second.Join(); err != nil {
 		t.Fatal(err)
@@ -532,6 +535,9 @@ func testJoinLazily(t *testing.T, addr netip.AddrPort) {
 	if st, _ := StatsOf(g[0]); !group.steered || st.SteerFailed != 0 {
 		t.Fatalf("after the join: steered %v, SteerFailed %d", group.steered, st.SteerFailed)
 	}
+	if !reusePort(t, g[0]) {
+		t.Error("after the join the first socket has no SO_REUSEPORT")
+	}
 	send()
 	for i, c := range g {
 		for _, m := range readN(t, c, 2, 64) {
@@ -540,4 +546,20 @@ func testJoinLazily(t *testing.T, addr netip.AddrPort) {
 			}
 		}
 	}
+}
+
+// reusePort reports whether c's socket has SO_REUSEPORT set.
+func reusePort(t *testing.T, c Conn) bool {
+	t.Helper()
+	var v int
+	var gerr error
+	if err := c.(*UDPConn).raw.Control(func(fd uintptr) {
+		v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	return v != 0
 }
