@@ -250,7 +250,7 @@ func printPerfReport(w io.Writer, rep *perf.Report) {
 				}
 				goal = fmt.Sprintf("goal: %v, %s", r.Goal, verdict)
 			}
-			rows = append(rows, []string{r.Name, formatSummary(r.Summary, "%.2f", cfg.Runs), goal})
+			rows = append(rows, []string{r.Name, formatSummary(r.Summary, ratioFormat(r.Summary.Median, r.Goal), cfg.Runs), goal})
 		}
 		fmt.Fprintf(w, "\n== ratios: taken within each run, then their median [min-max]\n")
 		printTable(w, rows)
@@ -372,6 +372,20 @@ func busyString(rep *perf.Report, s perf.Spec) string {
 }
 
 // formatSummary writes "median [min-max]", and how many runs count when some did not.
+// ratioFormat is the verb a ratio is printed with: two decimals, or as many more (up to four) as it
+// takes for the printed median to fall on the side of g's bound its verdict says, so that a median
+// of 0.997 against "at least 1.00" does not print as 1.00 next to "not met".
+func ratioFormat(median float64, g perf.Goal) string {
+	for d := 2; d < 4; d++ {
+		f := "%." + strconv.Itoa(d) + "f"
+		shown, err := strconv.ParseFloat(fmt.Sprintf(f, median), 64)
+		if g.IsZero() || err != nil || g.Met(shown) == g.Met(median) {
+			return f
+		}
+	}
+	return "%.4f"
+}
+
 func formatSummary(s perf.Summary, format string, runs int) string {
 	if s.N == 0 {
 		return "no figure"
