@@ -371,7 +371,6 @@ func busyString(rep *perf.Report, s perf.Spec) string {
 	return fmt.Sprintf("%.2f / %.2f", self.Median, peer.Median)
 }
 
-// formatSummary writes "median [min-max]", and how many runs count when some did not.
 // ratioFormat is the verb a ratio is printed with: two decimals, or as many more (up to four) as it
 // takes for the printed median to fall on the side of g's bound its verdict says, so that a median
 // of 0.997 against "at least 1.00" does not print as 1.00 next to "not met".
@@ -386,6 +385,7 @@ func ratioFormat(median float64, g perf.Goal) string {
 	return "%.4f"
 }
 
+// formatSummary writes "median [min-max]", and how many runs count when some did not.
 func formatSummary(s perf.Summary, format string, runs int) string {
 	if s.N == 0 {
 		return "no figure"
