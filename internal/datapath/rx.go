@@ -134,12 +134,10 @@ type rxMeta struct {
 //go:noinline
 func (s *shard) drop(c *atomic.Uint64, why Drop, m rxMeta, pkt wire.Packet) {
 	c.Add(1)
-	if s.d.cfg.Tracer != nil {
-		s.trace(m, pkt, why)
-	}
+	s.trace(m, pkt, why)
 }
 
-// trace hands a received packet to the Tracer: taken, or dropped for why.
+// trace hands a received packet to the Tracer, if there is one: taken, or dropped for why.
 //
 //go:noinline
 func (s *shard) trace(m rxMeta, pkt wire.Packet, why Drop) {
