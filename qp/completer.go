@@ -106,8 +106,6 @@ func (c *completer) sampleRTT(now time.Time) {
 
 func (c *completer) waitingRNR() bool { return !c.rnrUntil.IsZero() }
 
-func (c *completer) deadline() time.Time { return earliest(earliest(c.timer, c.rnrUntil), c.probeAt) }
-
 // ackTimeout returns the local ACK timeout for the QP's timeout attribute: 4.096 us * 2^timeout.
 // IBTA Vol 1 9.7.6.1.3 (transport timer).
 func ackTimeout(code uint8) time.Duration {
@@ -242,7 +240,7 @@ func (c *completer) onAcknowledge(q *QP, now time.Time, psn wire.PSN, s wire.Syn
 			}
 			c.rnrLeft--
 		}
-		c.timer = time.Time{}
+		c.timer, c.probeAt = time.Time{}, time.Time{} // the wait's end resends; no probe goes during it (advance)
 		c.rnrUntil = now.Add(s.RNRTimer())
 		// The wait ends in a resend from this PSN: until then a PSN sequence NAK for it (drawn by
 		// requests pipelined behind the RNR-NAKed one) asks for nothing more and costs no retry.

@@ -582,3 +582,38 @@ func TestSecondGapAfterReadNotAcked(t *testing.T) {
 		t.Fatal("READ data differs")
 	}
 }
+
+// Deadline tells a loss timer (the ACK timeout, a tail-loss probe) from the deadlines that are due
+// when they say: an ACK held for company, the end of an RNR wait. A datapath may run only the first
+// kind late.
+func TestDeadlineLossTimer(t *testing.T) {
+	o := defaultOpts()
+	o.ackDelay = 20 * time.Microsecond
+	o.tailProbe = true
+	o.minRNR = 14 // 1.28 ms
+	l := newLink(t, o)
+	check := func(h *host, what string, wantLoss bool, within time.Duration) {
+		t.Helper()
+		at, loss := h.qp.Deadline()
+		if at.IsZero() || at.Before(l.now) || at.Sub(l.now) > within || loss != wantLoss {
+			t.Fatalf("%s: %s's deadline %v after now, loss timer %v; want one within %v, loss timer %v",
+				what, h.name, at.Sub(l.now), loss, within, wantLoss)
+		}
+		if !h.qp.NextDeadline().Equal(at) {
+			t.Fatalf("%s: NextDeadline %v, Deadline %v", what, h.qp.NextDeadline(), at)
+		}
+	}
+	must(t, l.b.qp.PostRecv(&RecvWR{ID: 1}))
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 2, Opcode: WRSend, Flags: Signaled}))
+	l.pump()
+	check(l.a, "a SEND in flight", true, ackTimeout(o.timeout))
+	l.run(5 * time.Microsecond) // the SEND arrives; B holds its ACK
+	check(l.b, "an ACK held for company", false, o.ackDelay)
+	l.run(time.Second)
+	if at, loss := l.a.qp.Deadline(); !at.IsZero() || loss {
+		t.Fatalf("all acknowledged: A's deadline %v, loss timer %v", at, loss)
+	}
+	must(t, l.a.qp.PostSend(l.now, &SendWR{ID: 3, Opcode: WRSend, Flags: Signaled})) // no receive: RNR
+	l.run(100 * time.Microsecond)
+	check(l.a, "an RNR wait", false, 1280*time.Microsecond)
+}

@@ -419,7 +419,23 @@ func (q *QP) Advance(now time.Time) {
 // NextDeadline returns when the QP next needs Advance or AppendPacket to run, or the zero time if only a
 // packet or a work request can make it do anything.
 func (q *QP) NextDeadline() time.Time {
-	return earliest(earliest(q.cmp.deadline(), q.req.blockedUntil), q.rsp.deadline())
+	at, _ := q.Deadline()
+	return at
+}
+
+// Deadline returns NextDeadline, and whether it is a loss timer's alone: the local ACK timeout (IBTA
+// Vol 1 9.7.6.1.3) or a tail-loss probe (Config.TailProbe), with nothing else due by then (the end of
+// an RNR wait, a packet the pacer holds, an ACK held for company). A loss timer only guards against a
+// loss, and the response it waits for usually moves it out before it comes: an owner that wakes for
+// it in vain again and again may run it late, at the price of recovering that much later from a
+// loss. The other deadlines are due when they say.
+func (q *QP) Deadline() (at time.Time, lossTimer bool) {
+	loss := earliest(q.cmp.timer, q.cmp.probeAt)
+	other := earliest(earliest(q.cmp.rnrUntil, q.req.blockedUntil), q.rsp.deadline())
+	if !loss.IsZero() && (other.IsZero() || loss.Before(other)) {
+		return loss, true
+	}
+	return other, false
 }
 
 // AppendPacket appends the next packet the QP wants to send to dst and reports where it goes. Responses

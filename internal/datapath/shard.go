@@ -35,8 +35,8 @@ import (
 // (once per retransmission timeout, not once per packet). Other goroutines kick the shard only when
 // what they file is due before the armed deadline (fileDeadline), or when a QP has work (markReady).
 // A deadline that keeps moving out, such as the tail-loss probe of a request-reply loop, would still
-// wake the driver once per probe timeout for nothing; after such a stale wake the driver arms distant
-// deadlines a little late (staleSlack).
+// wake the driver once per probe timeout for nothing; after such a stale wake the driver arms loss
+// timers a little late (staleSlack).
 
 // groBatch is the receive batch of a shard reading with GRO: each message may be a 64 KiB run.
 const groBatch = 16
@@ -62,7 +62,7 @@ type shard struct {
 	bgWake      chan struct{}
 	kicked      atomic.Bool
 	armed       atomic.Int64 // the read deadline armed, unix nanoseconds; 0 when none is known
-	staleSlack  atomic.Int64 // nanoseconds added to distant deadlines while deadline wakes find nothing due (see arm); written by the driver
+	staleSlack  atomic.Int64 // nanoseconds added to loss timers while deadline wakes find nothing due (see arm); written by the driver
 	nready      atomic.Int32 // len(ready)
 	joined      bool         // its socket takes its datagrams (Datapath.join); guarded by d.mu
 
@@ -128,12 +128,11 @@ func (s *shard) markReady(q *QP) {
 }
 
 // fileDeadline asks the shard's driver to file q's deadline, at: at once if at comes before the
-// deadline the driver has armed (give or take the slack the driver would arm it with), else at its
-// next step, which comes by then.
-func (s *shard) fileDeadline(q *QP, at time.Time) {
+// deadline the driver has armed (with the slack the driver would arm it with), else at its next
+// step, which comes by then.
+func (s *shard) fileDeadline(q *QP, at deadline) {
 	s.enqueue(q)
-	a := s.armed.Load()
-	if a == 0 || at.UnixNano() < a && (s.staleSlack.Load() == 0 || s.slacked(at, s.d.clock.Now()).UnixNano() < a) {
+	if a := s.armed.Load(); a == 0 || s.slacked(at).UnixNano() < a {
 		s.kick()
 	}
 }
@@ -152,22 +151,22 @@ func (s *shard) enqueue(q *QP) {
 // q may belong to another shard, whose driver is then asked to file it.
 func (s *shard) file(q *QP) {
 	q.mu.Lock()
-	var at time.Time
+	var at deadline
 	if !q.closed {
-		at = q.eng.NextDeadline()
+		at = q.deadline()
 	}
-	ok := !at.IsZero() && (q.scheduled.IsZero() || at.Before(q.scheduled))
+	ok := !at.at.IsZero() && (q.scheduled.IsZero() || at.at.Before(q.scheduled))
 	if ok && q.shard != s {
 		q.mu.Unlock()
 		q.shard.fileDeadline(q, at)
 		return
 	}
 	if ok {
-		q.scheduled = at
+		q.scheduled = at.at
 	}
 	q.mu.Unlock()
 	if ok {
-		s.timers.push(timerEntry{at: at, qp: q})
+		s.timers.push(timerEntry{at: at.at, qp: q})
 	}
 }
 
@@ -318,10 +317,10 @@ func (s *shard) letGo() {
 }
 
 // covered reports whether the read deadline armed already wakes the driver by next, a deadline
-// nextDeadline returned, so that arm would leave it as it is.
-func (s *shard) covered(next time.Time) bool {
+// nextDeadline returned, with the slack arm would give it: arm would leave it as it is.
+func (s *shard) covered(next deadline) bool {
 	a := s.armed.Load()
-	return a != 0 && (next.IsZero() || next.UnixNano() >= a)
+	return a != 0 && (next.at.IsZero() || s.slacked(next).UnixNano() >= a)
 }
 
 // realNow returns the time on the real clock for the driver, which holds drive: the reading its last
@@ -393,14 +392,15 @@ func (s *shard) step() error {
 	s.inStep.Store(true)
 	s.collectReady()
 	next := s.nextDeadline()
-	// With no work, no timer wake to account for and the next deadline no earlier than the one
-	// armed, there is nothing to fire (a deadline that has passed ends the read at once, and the
-	// step after it fires) and nothing to arm, so the clock, dear right after a system call, is
-	// left unread: in a request-reply loop, every step before a read.
+	// With no work, no timer wake to account for and the next deadline, slack included, no earlier
+	// than the one armed, there is nothing to fire (a deadline that has passed ends the read at once,
+	// and the step after it fires) and nothing to arm, so the clock, dear right after a system call,
+	// is left unread: in a request-reply loop, nearly every step before a read, since the deadline
+	// armed there is a tail-loss probe's, slack included, and the next is a later probe's.
 	if len(s.work) > 0 || s.timerWoke || !s.covered(next) {
 		now := d.clock.Now()
 		s.lastNow = now
-		drained := due(next, now) && s.drainBeforeTimers(now)
+		drained := due(next.at, now) && s.drainBeforeTimers(now)
 		fired := s.fireTimers(now)
 		if s.timerWoke {
 			s.timerWoke = false
@@ -534,12 +534,11 @@ func (s *shard) yield(now time.Time) {
 	runtime.Gosched()
 }
 
-// arm makes the next read return by at, moving the armed deadline only earlier (see the top of the
-// file). With no deadline known armed (after a kick or a timeout) it arms at, or none. While the
-// driver's deadline wakes keep finding nothing due, a deadline at least minSlackable away is armed
-// staleSlack late; nearer ones, such as an ACK waiting for company, are armed as they are.
-func (s *shard) arm(at, now time.Time) {
-	at = s.slacked(at, now)
+// arm makes the next read return by next (staleSlack late if it is a loss timer's), moving the armed
+// deadline only earlier (see the top of the file). With no deadline known armed (after a kick or a
+// timeout) it arms next, or none.
+func (s *shard) arm(next deadline, now time.Time) {
+	at := s.slacked(next)
 	a := s.armed.Load()
 	switch {
 	case a != 0 && (at.IsZero() || at.UnixNano() >= a):
@@ -567,31 +566,36 @@ func (s *shard) arm(at, now time.Time) {
 // noDeadline is the armed value when the socket has no read deadline: every deadline is earlier.
 const noDeadline = 1<<63 - 1
 
-// Slack for deadlines that keep moving out. A request-reply loop's requester restarts its tail-loss
-// probe (qp.Config.MinProbe, 1 ms) with every request, and the reply cancels it: the deadline armed
-// for the first probe fires, finds nothing due, and the next one is armed, once a millisecond per
-// side for as long as the loop runs. Each such wake is a thread woken in a process that has
-// nothing to do, and between two processes on two CPUs it takes its CPU from the peer: `goroce perf
-// loopback -procs both -only pingpong -runs 3`, three rounds with the probe on and off, gave a
-// two-process p50 against raw UDP's of 1.36, 1.37 and 1.41 with it and 1.25, 1.18 and 1.29 without,
-// and CPU per round trip against raw UDP's of 1.44, 1.28 and 1.31 against 1.17, 1.12 and 1.18.
-// After a wake that found nothing due, distant deadlines are armed staleSlack late, doubling from
+// Slack for deadlines that keep moving out: the loss timers (qp.QP.Deadline), the local ACK timeout
+// and the tail-loss probe. A request-reply loop's requester restarts its tail-loss probe
+// (qp.Config.MinProbe, 1 ms) with every request, and the reply cancels it: the deadline armed for
+// the first probe fires, finds nothing due, and the next one is armed, once a millisecond per side
+// for as long as the loop runs. Each such wake is a thread woken in a process that has nothing to
+// do, and between two processes on two CPUs it takes its CPU from the peer: `goroce perf loopback
+// -procs both -only pingpong -runs 3`, three rounds with the probe on and off, gave a two-process
+// p50 against raw UDP's of 1.36, 1.37 and 1.41 with it and 1.25, 1.18 and 1.29 without, and CPU per
+// round trip against raw UDP's of 1.44, 1.28 and 1.31 against 1.17, 1.12 and 1.18.
+//
+// After a wake that found nothing due, loss timers are armed staleSlack late, doubling from
 // minStaleSlack up to maxStaleSlack with each further such wake, and back to 0 once a wake finds a
 // timer due. The cost is a probe or timeout that many milliseconds late when a loss comes after a
 // run of stale wakes: a probe at most 17 ms after the last packet instead of 1 (see maxTimerBackoff).
+// The other deadlines (an ACK held for company, a paced packet, the end of an RNR wait) are armed as
+// they are. The slack goes by the kind of deadline, not by how far away it is, so that a step can
+// tell without reading the clock that the deadline armed already covers the next one (covered).
 const (
-	minSlackable  = 500 * time.Microsecond
 	minStaleSlack = 500 * time.Microsecond
 	maxStaleSlack = maxTimerBackoff
 )
 
-// slacked returns when to wake for a deadline at: staleSlack late if at is minSlackable or more after
-// now, else at.
-func (s *shard) slacked(at, now time.Time) time.Time {
-	if slack := s.staleSlack.Load(); slack > 0 && !at.IsZero() && at.Sub(now) >= minSlackable {
-		return at.Add(time.Duration(slack))
+// slacked returns when to wake for the deadline next: staleSlack late if it is a loss timer's.
+func (s *shard) slacked(next deadline) time.Time {
+	if next.loss && !next.at.IsZero() {
+		if slack := s.staleSlack.Load(); slack > 0 {
+			return next.at.Add(time.Duration(slack))
+		}
 	}
-	return at
+	return next.at
 }
 
 // noteTimerWake records what the step after a deadline wake found: timers due, or none.
@@ -681,7 +685,7 @@ func (s *shard) fireTimers(now time.Time) (fired int) {
 // nextDeadline returns the earliest deadline a QP still has, dropping and refiling heap entries that
 // no longer match their QP's deadline: an ACK held back for company that left with the reply leaves
 // its entry behind, and waking for it would cost a ping-pong a wake-up per round trip.
-func (s *shard) nextDeadline() time.Time {
+func (s *shard) nextDeadline() deadline {
 	for s.timers.Len() > 0 {
 		e := s.timers[0]
 		q := e.qp
@@ -691,22 +695,35 @@ func (s *shard) nextDeadline() time.Time {
 			s.timers.pop() // superseded by an earlier entry
 			continue
 		}
-		var cur time.Time
+		var cur deadline
 		if !q.closed {
-			cur = q.eng.NextDeadline()
+			cur = q.deadline()
 		}
-		if cur.Equal(e.at) {
+		if cur.at.Equal(e.at) {
 			q.mu.Unlock()
-			return e.at
+			return cur
 		}
 		s.timers.pop()
-		q.scheduled = cur
+		q.scheduled = cur.at
 		q.mu.Unlock()
-		if !cur.IsZero() {
-			s.timers.push(timerEntry{at: cur, qp: q})
+		if !cur.at.IsZero() {
+			s.timers.push(timerEntry{at: cur.at, qp: q})
 		}
 	}
-	return time.Time{}
+	return deadline{}
+}
+
+// A deadline is when a QP next needs its driver (qp.QP.Deadline), and whether it is a loss timer's,
+// which the driver may run late (staleSlack).
+type deadline struct {
+	at   time.Time
+	loss bool
+}
+
+// deadline returns q's next deadline. The caller holds q.mu.
+func (q *QP) deadline() deadline {
+	at, loss := q.eng.Deadline()
+	return deadline{at, loss}
 }
 
 // rxState is the receive side of a shard, owned by its driver.

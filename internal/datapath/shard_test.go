@@ -220,10 +220,11 @@ func TestBusyDriverYields(t *testing.T) {
 	}
 }
 
-// TestStaleSlack walks the slack a shard arms distant deadlines with: it grows with each deadline
-// wake that finds nothing due (0.5, 1, 2, 4, 8, then 16 ms at most), never touches a deadline less than
-// minSlackable away (an ACK waiting for company), and goes back to 0 at the first wake that finds a
-// timer due.
+// TestStaleSlack walks the slack a shard arms loss timers with: it grows with each deadline wake that
+// finds nothing due (0.5, 1, 2, 4, 8, then 16 ms at most), never touches another deadline (an ACK
+// waiting for company), and goes back to 0 at the first wake that finds a timer due. A deadline armed
+// with its slack covers a later loss timer, so that a step leaves the clock unread, but not an
+// earlier one, nor another kind of deadline due before the one armed.
 func TestStaleSlack(t *testing.T) {
 	d, err := Open(Config{Network: conn.NewMemNetwork(), Addr: netip.MustParseAddrPort("10.0.0.1:4791"), Shards: 1})
 	if err != nil {
@@ -232,17 +233,33 @@ func TestStaleSlack(t *testing.T) {
 	defer d.Close()
 	s := d.shards[0]
 	now := time.Unix(1000, 0)
-	probe, ack := now.Add(time.Millisecond), now.Add(25*time.Microsecond)
+	probe := deadline{at: now.Add(time.Millisecond), loss: true}
+	ack := deadline{at: now.Add(25 * time.Microsecond)}
 	check := func(step string, want time.Duration) {
 		t.Helper()
-		if got := s.slacked(probe, now).Sub(probe); got != want {
-			t.Errorf("%s: a probe 1 ms away is armed %v late, want %v", step, got, want)
+		if got := s.slacked(probe).Sub(probe.at); got != want {
+			t.Errorf("%s: a probe is armed %v late, want %v", step, got, want)
 		}
-		if got := s.slacked(ack, now); !got.Equal(ack) {
-			t.Errorf("%s: an ACK 25 us away is armed %v late, want on time", step, got.Sub(ack))
+		if got := s.slacked(ack); !got.Equal(ack.at) {
+			t.Errorf("%s: an ACK held for company is armed %v late, want on time", step, got.Sub(ack.at))
 		}
-		if got := s.slacked(time.Time{}, now); !got.IsZero() {
+		if got := s.slacked(deadline{loss: true}); !got.IsZero() {
 			t.Errorf("%s: no deadline became %v", step, got)
+		}
+		s.armed.Store(0)
+		s.arm(probe, now)
+		if got := time.Duration(s.armed.Load() - probe.at.UnixNano()); got != want {
+			t.Errorf("%s: arm armed a probe %v late, want %v", step, got, want)
+		}
+		later := deadline{at: probe.at.Add(100 * time.Microsecond), loss: true}
+		if !s.covered(later) {
+			t.Errorf("%s: a probe 100 us later than the one armed is not covered", step)
+		}
+		if got, wantCovered := s.covered(deadline{at: later.at}), want <= 100*time.Microsecond; got != wantCovered {
+			t.Errorf("%s: a deadline 100 us after the probe that is no loss timer's is covered: %v, want %v", step, got, wantCovered)
+		}
+		if earlier := (deadline{at: probe.at.Add(-time.Microsecond), loss: true}); s.covered(earlier) {
+			t.Errorf("%s: an earlier probe is covered", step)
 		}
 	}
 	check("at first", 0)

@@ -96,13 +96,13 @@ func putTxBatch(b *txBatch) { txPool.Put(b) }
 
 // pump moves q's packets into tb, flushing tb through p whenever it fills, until the engine has
 // nothing more to send now. It returns q's next deadline if it must be filed with its shard (it is
-// earlier than the one filed), else the zero time. The caller holds p.mu (q's port) and not q.mu.
-func (p *port) pump(q *QP, tb *txBatch, now time.Time) (file time.Time) {
+// earlier than the one filed), else none (a zero time). The caller holds p.mu (q's port) and not q.mu.
+func (p *port) pump(q *QP, tb *txBatch, now time.Time) (file deadline) {
 	d := p.d
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return time.Time{}
+		return deadline{}
 	}
 	off := p.conn.Offload()
 	maxSegs := off.GSO
@@ -153,8 +153,7 @@ func (p *port) pump(q *QP, tb *txBatch, now time.Time) (file time.Time) {
 			tb.tracePacket(d.cfg.Tracer, pkt, src, dst, q.trafficClass(tx), id, tx.Resend, now)
 		}
 	}
-	next := q.eng.NextDeadline()
-	if !next.IsZero() && (q.scheduled.IsZero() || next.Before(q.scheduled)) {
+	if next := q.deadline(); !next.at.IsZero() && (q.scheduled.IsZero() || next.at.Before(q.scheduled)) {
 		file = next
 	}
 	q.mu.Unlock()
@@ -294,7 +293,7 @@ func (q *QP) send(now time.Time) {
 	p.flush(tb)
 	p.mu.Unlock()
 	putTxBatch(tb)
-	if !at.IsZero() {
+	if !at.at.IsZero() {
 		q.shard.fileDeadline(q, at)
 	}
 }
@@ -324,7 +323,7 @@ func (s *shard) pumpAll(qs []*QP, now time.Time) {
 				p.mu.Lock()
 				locked = true
 			}
-			if !p.pump(q, s.tx, now).IsZero() {
+			if !p.pump(q, s.tx, now).at.IsZero() {
 				s.file(q)
 			}
 		}
