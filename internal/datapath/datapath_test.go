@@ -1,9 +1,11 @@
 package datapath
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -182,6 +184,74 @@ func TestSealVerify(t *testing.T) {
 	pkt[100] ^= 1
 	if _, ok := v.verify(ICRCRecoverID, srcAP, dstAP, p, 5); ok {
 		t.Error("a corrupted payload verified")
+	}
+}
+
+// TestICRCSeeds seals small packets (an ACK, a 16-byte SEND, the largest seeded packet and a larger
+// one) through a port's seeds twice over, with two identifications, and verifies them through a verifier's, over IPv4 and
+// IPv6: the ICRC must be seal's every time; the seeds of small IPv4 packets must be remembered, and
+// the others' not; and verify must behave as it does without seeds (TestSealVerify), from a
+// remembered seed too: over IPv4 a wrong guess recovers the identification, or fails in strict mode
+// (which also fails a packet sealed with a non-zero identification); a damaged packet always fails.
+func TestICRCSeeds(t *testing.T) {
+	// Rounds 2 and 3 find the seeds rounds 0 and 1 left.
+	v6src, v6dst := netip.MustParseAddrPort("[fd00::1]:49152"), netip.MustParseAddrPort("[fd00::2]:4791")
+	for _, ap := range [][2]netip.AddrPort{{srcAP, dstAP}, {v6src, v6dst}} {
+		src, dst := ap[0], ap[1]
+		var seeds icrcSeeds
+		var v verifier
+		v.rec.RequireDF = true
+		// An ACK, SENDs of 16, 48 and 52 bytes: 20, 32, 64 and 68 bytes with BTH and ICRC.
+		for _, size := range []int{-1, 16, seededMax - 16, seededMax - 12} {
+			for round, id := range []uint16{3, 4, 3, 4} { // the same headers but for the identification
+				f := wire.Fields{BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x1234, PSN: 7}}
+				payload := make([]byte, max(size, 0))
+				for i := range payload {
+					payload[i] = byte(i*7 + size)
+				}
+				if size < 0 {
+					f.BTH.Opcode, f.AETH = wire.RCAcknowledge, wire.AETHFields{MSN: 9}
+				}
+				pkt, err := wire.Append(nil, &f, payload)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := len(pkt)
+				want := append([]byte(nil), pkt...)
+				seal(want, src, dst, id)
+				seeds.seal(pkt, src, dst, id)
+				if !bytes.Equal(pkt, want) {
+					t.Fatalf("%v, %d bytes, round %d: sealed through seeds % x, want % x", src, n, round, pkt[n-4:], want[n-4:])
+				}
+				remembered := slices.Contains(seeds.keys[:], seedKey{src: src, dst: dst, n: uint16(n), id: id})
+				if wantKept := src.Addr().Is4() && n <= seededMax; remembered != wantKept {
+					t.Fatalf("%v, %d bytes: seed remembered %v, want %v", src, n, remembered, wantKept)
+				}
+				p, err := wire.Parse(pkt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, tc := range []struct {
+					mode  ICRCMode
+					guess uint16
+					want  bool
+				}{
+					{ICRCRecoverID, id, true}, {ICRCRecoverID, 0, true}, {ICRCStrict, id, false}, {ICRCStrict, 0, false},
+				} {
+					if !src.Addr().Is4() {
+						tc.want = true // IPv6 has no identification
+					}
+					got, ok := v.verify(tc.mode, src, dst, p, tc.guess)
+					if ok != tc.want || ok && src.Addr().Is4() && got != id {
+						t.Errorf("%v, %d bytes, round %d, mode %d, guess %d: identification %d, %v; want %v", src, n, round, tc.mode, tc.guess, got, ok, tc.want)
+					}
+				}
+				pkt[n-5] ^= 1
+				if _, ok := v.verify(ICRCRecoverID, src, dst, p, id); ok {
+					t.Errorf("%v, %d bytes, round %d: a damaged packet verified", src, n, round)
+				}
+			}
+		}
 	}
 }
 

@@ -53,10 +53,11 @@ const (
 // port is a send socket: the UDP source port of the QPs that hash to it. mu is held from building a
 // QP's packets to sending them, so that packets leave in the order their engine built them.
 type port struct {
-	d    *Datapath
-	conn conn.Conn
-	num  uint16
-	mu   sync.Mutex
+	d     *Datapath
+	conn  conn.Conn
+	num   uint16
+	mu    sync.Mutex
+	seeds icrcSeeds // of the packets pump sealed; guarded by mu
 }
 
 func (p *port) close() { _ = p.conn.Close() }
@@ -137,7 +138,7 @@ func (p *port) pump(q *QP, tb *txBatch, now time.Time) (file deadline) {
 			if gather {
 				tb.addArena(start, len(tb.arena))
 			}
-			seal(pkt, src, dst, id)
+			p.seeds.seal(pkt, src, dst, id)
 		} else {
 			at := start + tx.PayloadAt
 			tb.addArena(start, at)
