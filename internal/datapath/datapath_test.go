@@ -155,6 +155,14 @@ func writeMiddle(id uint16) []byte {
 	return pkt
 }
 
+// verifyCase is a verify call of TestSealVerify and TestICRCSeeds: its mode and guess, and whether
+// the packet must verify.
+type verifyCase struct {
+	mode  ICRCMode
+	guess uint16
+	want  bool
+}
+
 // TestSealVerify: a packet sealed for identification i verifies with the guess i (the fast path a
 // GRO run from a goroce sender takes), with a wrong guess through the identification's recovery,
 // and not at all in strict mode unless the guess is right; a flipped payload bit never verifies.
@@ -166,11 +174,7 @@ func TestSealVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		mode  ICRCMode
-		guess uint16
-		want  bool
-	}{
+	for _, tc := range []verifyCase{
 		{ICRCRecoverID, 5, true}, {ICRCRecoverID, 0, true}, {ICRCStrict, 0, false}, {ICRCOff, 0, true},
 	} {
 		id, got := v.verify(tc.mode, srcAP, dstAP, p, tc.guess)
@@ -231,11 +235,7 @@ func TestICRCSeeds(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, tc := range []struct {
-					mode  ICRCMode
-					guess uint16
-					want  bool
-				}{
+				for _, tc := range []verifyCase{
 					{ICRCRecoverID, id, true}, {ICRCRecoverID, 0, true}, {ICRCStrict, id, false}, {ICRCStrict, 0, false},
 				} {
 					if !src.Addr().Is4() {
