@@ -166,7 +166,7 @@ func (s *shard) file(q *QP) {
 	}
 	q.mu.Unlock()
 	if ok {
-		s.timers.push(timerEntry{at: at.at, qp: q})
+		s.timers.push(timerEntry{at: at.at, qp: q, loss: at.loss})
 	}
 }
 
@@ -320,7 +320,7 @@ func (s *shard) letGo() {
 // nextDeadline returned, with the slack arm would give it: arm would leave it as it is.
 func (s *shard) covered(next deadline) bool {
 	a := s.armed.Load()
-	return a != 0 && (next.at.IsZero() || s.slacked(next).UnixNano() >= a)
+	return a != 0 && (next.at.IsZero() || s.wakeAt(next).UnixNano() >= a)
 }
 
 // realNow returns the time on the real clock for the driver, which holds drive: the reading its last
@@ -538,7 +538,7 @@ func (s *shard) yield(now time.Time) {
 // deadline only earlier (see the top of the file). With no deadline known armed (after a kick or a
 // timeout) it arms next, or none.
 func (s *shard) arm(next deadline, now time.Time) {
-	at := s.slacked(next)
+	at := s.wakeAt(next)
 	a := s.armed.Load()
 	switch {
 	case a != 0 && (at.IsZero() || at.UnixNano() >= a):
@@ -596,6 +596,43 @@ func (s *shard) slacked(next deadline) time.Time {
 		}
 	}
 	return next.at
+}
+
+// wakeAt returns when the driver must wake for next, the heap's earliest deadline (nextDeadline): as
+// slacked says, but no later than a live deadline of another kind that the heap holds behind next,
+// which the slack must not delay (another QP's RNR wait ending, say, just after a probe).
+func (s *shard) wakeAt(next deadline) time.Time {
+	at := s.slacked(next)
+	if !at.After(next.at) {
+		return at
+	}
+	return s.timers.earliestOther(0, at, liveOther)
+}
+
+// earliestOther returns the earliest deadline in the subtree of the heap at i that live says is still
+// its QP's and no loss timer's, if it comes before limit, else limit. A subtree holds nothing earlier
+// than its root, so it looks only where limit may be beaten. Entries it finds stale stay for
+// nextDeadline.
+func (h timerHeap) earliestOther(i int, limit time.Time, live func(*timerEntry) bool) time.Time {
+	if i >= len(h) || !h[i].at.Before(limit) {
+		return limit
+	}
+	if e := &h[i]; !e.loss && live(e) {
+		return e.at // nothing below it is earlier
+	}
+	return h.earliestOther(2*i+2, h.earliestOther(2*i+1, limit, live), live)
+}
+
+// liveOther reports whether e is still its QP's deadline, and no loss timer's.
+func liveOther(e *timerEntry) bool {
+	q := e.qp
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed || !q.scheduled.Equal(e.at) {
+		return false
+	}
+	cur := q.deadline()
+	return cur.at.Equal(e.at) && !cur.loss
 }
 
 // noteTimerWake records what the step after a deadline wake found: timers due, or none.
@@ -707,7 +744,7 @@ func (s *shard) nextDeadline() deadline {
 		q.scheduled = cur.at
 		q.mu.Unlock()
 		if !cur.at.IsZero() {
-			s.timers.push(timerEntry{at: cur.at, qp: q})
+			s.timers.push(timerEntry{at: cur.at, qp: q, loss: cur.loss})
 		}
 	}
 	return deadline{}
@@ -765,8 +802,9 @@ const rxSkew = 4
 // timerEntry is a QP's deadline in the heap. Entries are not removed when a deadline changes: an entry
 // that no longer matches its QP's scheduled deadline is skipped when it comes up.
 type timerEntry struct {
-	at time.Time
-	qp *QP
+	at   time.Time
+	qp   *QP
+	loss bool // a loss timer's (qp.QP.Deadline) when filed
 }
 
 // timerHeap is a binary min-heap of deadlines, written out rather than through container/heap so that

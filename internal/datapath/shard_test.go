@@ -274,3 +274,46 @@ func TestStaleSlack(t *testing.T) {
 	s.noteTimerWake(true)
 	check("after a wake with a timer due", 0)
 }
+
+// TestSlackSparesOtherDeadlines: a loss timer at the heap's head is armed with its slack, but never
+// past a deadline of another kind behind it that is still its QP's (another QP's RNR wait ending just
+// after a probe, say), which the slack must not delay. Stale entries and loss timers behind the head
+// do not count, nor does a deadline past the slack.
+func TestSlackSparesOtherDeadlines(t *testing.T) {
+	t1 := time.Unix(1000, 0)
+	at := func(d time.Duration) time.Time { return t1.Add(d) }
+	stale, live := &QP{}, &QP{}
+	isLive := func(e *timerEntry) bool { return e.qp == live }
+	var h timerHeap
+	for _, e := range []timerEntry{
+		{at: at(0), qp: live, loss: true}, // the head: a probe
+		{at: at(20 * time.Microsecond), qp: live, loss: true},
+		{at: at(50 * time.Microsecond), qp: stale},
+		{at: at(100 * time.Microsecond), qp: live}, // an RNR wait's end
+		{at: at(30 * time.Millisecond), qp: live},
+		{at: at(70 * time.Microsecond), qp: stale},
+	} {
+		h.push(e)
+	}
+	limit := at(16 * time.Millisecond)
+	if got := h.earliestOther(0, limit, isLive); !got.Equal(at(100 * time.Microsecond)) {
+		t.Errorf("earliest live deadline of another kind: %v after the head, want 100us", got.Sub(t1))
+	}
+	if got := h.earliestOther(0, at(90*time.Microsecond), isLive); !got.Equal(at(90 * time.Microsecond)) {
+		t.Errorf("with a limit of 90us: %v, want the limit", got.Sub(t1))
+	}
+	if got := h.earliestOther(0, limit, func(*timerEntry) bool { return false }); !got.Equal(limit) {
+		t.Errorf("with every entry stale: %v, want the limit", got.Sub(t1))
+	}
+
+	// wakeAt: the slack applies to a loss timer at the head only; a QP that is closed is stale.
+	closed := &QP{closed: true, scheduled: at(100 * time.Microsecond)}
+	s := &shard{timers: timerHeap{{at: at(0), qp: closed, loss: true}, {at: at(100 * time.Microsecond), qp: closed}}}
+	s.staleSlack.Store(int64(16 * time.Millisecond))
+	if got := s.wakeAt(deadline{at: at(0), loss: true}); !got.Equal(limit) {
+		t.Errorf("a probe with only a closed QP's deadline behind it wakes at %v, want the slack's 16ms", got.Sub(t1))
+	}
+	if got := s.wakeAt(deadline{at: at(0)}); !got.Equal(t1) {
+		t.Errorf("a deadline of another kind at the head wakes at %v, want on time", got.Sub(t1))
+	}
+}
