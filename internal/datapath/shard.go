@@ -603,7 +603,7 @@ func (s *shard) slacked(next deadline) time.Time {
 // which the slack must not delay (another QP's RNR wait ending, say, just after a probe).
 func (s *shard) wakeAt(next deadline) time.Time {
 	at := s.slacked(next)
-	if !at.After(next.at) {
+	if !at.After(next.at) || len(s.timers) < 2 { // no slack, or nothing behind next
 		return at
 	}
 	return s.timers.earliestOther(0, at, liveOther)
