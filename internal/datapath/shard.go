@@ -127,12 +127,12 @@ func (s *shard) markReady(q *QP) {
 	s.kick()
 }
 
-// fileDeadline asks the shard's driver to file q's deadline, at: at once if at comes before the
+// fileDeadline asks the shard's driver to file q's deadline, next: at once if next comes before the
 // deadline the driver has armed (with the slack the driver would arm it with), else at its next
 // step, which comes by then.
-func (s *shard) fileDeadline(q *QP, at deadline) {
+func (s *shard) fileDeadline(q *QP, next deadline) {
 	s.enqueue(q)
-	if a := s.armed.Load(); a == 0 || s.slacked(at).UnixNano() < a {
+	if a := s.armed.Load(); a == 0 || s.slacked(next).UnixNano() < a {
 		s.kick()
 	}
 }
@@ -151,22 +151,22 @@ func (s *shard) enqueue(q *QP) {
 // q may belong to another shard, whose driver is then asked to file it.
 func (s *shard) file(q *QP) {
 	q.mu.Lock()
-	var at deadline
+	var next deadline
 	if !q.closed {
-		at = q.deadline()
+		next = q.deadline()
 	}
-	ok := !at.at.IsZero() && (q.scheduled.IsZero() || at.at.Before(q.scheduled))
+	ok := next.before(q.scheduled)
 	if ok && q.shard != s {
 		q.mu.Unlock()
-		q.shard.fileDeadline(q, at)
+		q.shard.fileDeadline(q, next)
 		return
 	}
 	if ok {
-		q.scheduled = at.at
+		q.scheduled = next.at
 	}
 	q.mu.Unlock()
 	if ok {
-		s.timers.push(timerEntry{at: at.at, qp: q, loss: at.loss})
+		s.timers.push(timerEntry{at: next.at, qp: q, loss: next.loss})
 	}
 }
 
@@ -755,6 +755,12 @@ func (s *shard) nextDeadline() deadline {
 type deadline struct {
 	at   time.Time
 	loss bool
+}
+
+// before reports whether d is a deadline that comes before t, which may be the zero time for none:
+// whether a QP's deadline must be filed, t being the one filed (QP.scheduled).
+func (d deadline) before(t time.Time) bool {
+	return !d.at.IsZero() && (t.IsZero() || d.at.Before(t))
 }
 
 // deadline returns q's next deadline. The caller holds q.mu.

@@ -154,7 +154,7 @@ func (p *port) pump(q *QP, tb *txBatch, now time.Time) (file deadline) {
 			tb.tracePacket(d.cfg.Tracer, pkt, src, dst, q.trafficClass(tx), id, tx.Resend, now)
 		}
 	}
-	if next := q.deadline(); !next.at.IsZero() && (q.scheduled.IsZero() || next.at.Before(q.scheduled)) {
+	if next := q.deadline(); next.before(q.scheduled) {
 		file = next
 	}
 	q.mu.Unlock()
@@ -290,12 +290,12 @@ func (q *QP) send(now time.Time) {
 	p := q.port
 	tb := getTxBatch()
 	p.mu.Lock()
-	at := p.pump(q, tb, now)
+	next := p.pump(q, tb, now)
 	p.flush(tb)
 	p.mu.Unlock()
 	putTxBatch(tb)
-	if !at.at.IsZero() {
-		q.shard.fileDeadline(q, at)
+	if !next.at.IsZero() {
+		q.shard.fileDeadline(q, next)
 	}
 }
 
